@@ -1,0 +1,238 @@
+"""The Python face of each plugin kind.
+
+A plugin author subclasses one of these and registers the class from a hook (see `hookspec.py`). The kernel hands
+the pipeline an object with exactly this interface whichever runtime serves the component: the class itself
+in-process, or a gRPC proxy (`runtimes/client.py`) that implements the same methods out of process.
+
+Data crosses these interfaces in the shapes of the files between steps (plain dicts, JSON-compatible):
+
+* conversation: ``{"id", "source": {"path", "sha256", "line"}, "messages": [...], "tools": [...], "metadata": {...}}``
+  where a message is OpenAI-shaped: ``role``, ``content`` (str, list of parts, or None), ``tool_calls``
+  (``[{"id", "type": "function", "function": {"name", "arguments"}}]``, arguments kept as logged), ``tool_call_id``,
+  ``name``.
+* grade: ``{"conversation_id", "turn_index", "score", "applicable", "breakdown", "reason", "reward"}``.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
+
+from .errors import InputError
+from .jsonio import digest
+
+KINDS = ("ingestor", "reward", "trainer", "evaluator", "provider")
+
+
+class Component:
+    """Common to every kind: identity, configuration, cooperative cancellation."""
+
+    kind: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = "0.0.0"
+    capabilities: ClassVar[tuple[str, ...]] = ()
+    #: Optional JSON Schema for the configuration; validated when the component is built.
+    config_schema: ClassVar[Mapping[str, Any] | None] = None
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        self.config: dict[str, Any] = dict(config or {})
+        if self.config_schema is not None:
+            _validate_config(self, self.config)
+        self.config_sha256 = digest(self.config)
+        self._cancel = threading.Event()
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.kind}:{self.name}"
+
+    def cancel(self) -> None:
+        """Ask long work to stop at its next safe point (gRPC `Cancel` lands here)."""
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    def close(self) -> None:
+        """Release resources. Out-of-process proxies shut their server down here."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _validate_config(component: Component, config: Mapping[str, Any]) -> None:
+    import jsonschema  # light, but only needed when a schema is declared
+
+    validator = jsonschema.Draft202012Validator(component.config_schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.path))
+    if errors:
+        first = errors[0]
+        where = ".".join(str(p) for p in first.path) or "(root)"
+        raise InputError(f"invalid configuration for {component.kind}:{component.name}: {first.message}", field=where)
+
+
+# ---------------------------------------------------------------------------------------------------------- rewards
+
+
+@dataclass
+class TurnGrade:
+    """What a reward returns for one assistant turn. `score` must be in [0, 1]."""
+
+    score: float
+    applicable: bool = True
+    breakdown: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+    @classmethod
+    def not_applicable(cls, reason: str, breakdown: dict[str, Any] | None = None) -> "TurnGrade":
+        return cls(score=0.0, applicable=False, breakdown=breakdown or {}, reason=reason)
+
+
+@dataclass
+class GradeItem:
+    """One conversation to grade; `turns` limits grading to those message indices (default: every assistant turn)."""
+
+    conversation: dict[str, Any]
+    turns: Sequence[int] | None = None
+
+
+def assistant_turns(conversation: Mapping[str, Any]) -> list[int]:
+    return [i for i, m in enumerate(conversation.get("messages") or ()) if m.get("role") == "assistant"]
+
+
+class Reward(Component):
+    """Grades assistant turns, each with its conversation prefix as context. Offline and deterministic.
+
+    Implement `grade_turn`. `messages[:turn_index]` is the context, `messages[turn_index]` the turn graded; later
+    messages may be read only where the reward documents why (e.g. a tool result that shows the call's effect).
+    """
+
+    kind = "reward"
+
+    def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
+        raise NotImplementedError
+
+    def identity(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version, "config_sha256": self.config_sha256}
+
+    def grade(self, items: Iterable[GradeItem]) -> list[dict[str, Any]]:
+        """Grade many conversations at once: one grade row per requested assistant turn, in order."""
+        identity = self.identity()
+        rows: list[dict[str, Any]] = []
+        for item in items:
+            conv = item.conversation
+            turns = assistant_turns(conv) if item.turns is None else list(item.turns)
+            messages = conv.get("messages") or ()
+            for t in turns:
+                if not (0 <= t < len(messages)) or messages[t].get("role") != "assistant":
+                    raise InputError(f"turn {t} of conversation {conv.get('id')!r} is not an assistant message",
+                                     field="turn_index")
+                g = self.grade_turn(conv, t)
+                rows.append(make_grade_row(conv, t, g, identity, self.full_name))
+        return rows
+
+
+def make_grade_row(conv: Mapping[str, Any], turn: int, g: TurnGrade, identity: dict, who: str) -> dict[str, Any]:
+    score = float(g.score)
+    if not (0.0 <= score <= 1.0) or score != score:
+        raise ValueError(f"{who} returned score {g.score!r} for turn {turn}; scores must lie in [0, 1]")
+    return {
+        "conversation_id": str(conv.get("id", "")),
+        "turn_index": turn,
+        "score": score,
+        "applicable": bool(g.applicable),
+        "breakdown": g.breakdown,
+        "reason": g.reason.splitlines()[0] if g.reason else "",
+        "reward": identity,
+    }
+
+
+# -------------------------------------------------------------------------------------------------------- ingestors
+
+
+@dataclass
+class Source:
+    """One input file: `path` as the user gave it (recorded in lineage), `local_path` where this process reads it."""
+
+    path: str
+    sha256: str
+    local_path: str = ""
+
+    def __post_init__(self):
+        self.local_path = self.local_path or self.path
+
+
+@dataclass
+class Reject:
+    """A line that could not be ingested, and why."""
+
+    path: str
+    line: int
+    reason: str  # a short stable code: invalid_json, unknown_role, orphan_tool_result, wrong_type, no_messages, ...
+    detail: str = ""
+    field: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "reason": self.reason, "field": self.field, "detail": self.detail}
+
+
+class Ingestor(Component):
+    """Parses one log format into conversations. Implement `ingest`: yield conversation dicts (with `source`) and
+    `Reject`s, in input order. Duplicate removal, redaction and writing are the kernel's job."""
+
+    kind = "ingestor"
+
+    def ingest(self, source: Source) -> Iterator[dict[str, Any] | Reject]:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------------------------------- long work: train, evaluate
+
+
+class StreamingComponent(Component):
+    """Long work runs as a generator of events (dicts with a "type"): progress, metrics, checkpoint, log, completed,
+    failed. The last event is `completed` or `failed`; a stream that ends without one is a failure."""
+
+    def run(self, request: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        raise NotImplementedError
+
+
+class Trainer(StreamingComponent):
+    kind = "trainer"
+
+
+class Evaluator(StreamingComponent):
+    kind = "evaluator"
+
+
+class Provider(Component):
+    """Rents compute for remote training. Each method takes and returns JSON-shaped dicts."""
+
+    kind = "provider"
+
+    def quote(self, plan: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def launch(self, plan: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def status(self, run_id: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def terminate(self, run_id: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def list_jobs(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+
+BASE_CLASSES: dict[str, type[Component]] = {
+    "ingestor": Ingestor,
+    "reward": Reward,
+    "trainer": Trainer,
+    "evaluator": Evaluator,
+    "provider": Provider,
+}

@@ -1,0 +1,114 @@
+"""JSON and file helpers shared by every step: streaming JSONL, atomic writes, digests.
+
+Outputs are written to a temporary file in the same directory and renamed into place, so a killed run leaves
+either the old file or the new one, never half a file.
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+import orjson
+
+from .errors import InputError
+
+_SORTED = orjson.OPT_SORT_KEYS
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON, keys in insertion order (deterministic for deterministic input)."""
+    return orjson.dumps(obj)
+
+
+def dumps_line(obj: Any) -> bytes:
+    return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Sorted-key JSON: the form every digest is taken over."""
+    return orjson.dumps(obj, option=_SORTED)
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest(obj: Any) -> str:
+    """sha256 of the canonical JSON of obj."""
+    return sha256_bytes(canonical_json(obj))
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def open_maybe_gz(path: str | os.PathLike) -> IO[bytes]:
+    path = str(path)
+    return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+
+def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
+    """(line number from 1, raw line without newline) for a .jsonl or .jsonl.gz file; blank lines skipped."""
+    with open_maybe_gz(path) as f:
+        for number, raw in enumerate(f, start=1):
+            raw = raw.rstrip(b"\r\n")
+            if raw.strip():
+                yield number, raw
+
+
+def read_jsonl(path: str | os.PathLike, *, display: str | None = None) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) per line. Invalid JSON raises InputError naming the file and line."""
+    shown = display or str(path)
+    if not Path(path).exists():
+        raise InputError("file not found", path=shown)
+    for number, raw in iter_lines(path):
+        try:
+            yield number, orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise InputError(f"invalid JSON: {exc}", path=shown, line=number) from None
+
+
+def load_json(path: str | os.PathLike) -> Any:
+    try:
+        return orjson.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise InputError("file not found", path=str(path)) from None
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc}", path=str(path)) from None
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+    """Write to a temp file beside `path`, fsync, and rename over it only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    with atomic_write(path) as f:
+        f.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_write(path, "w") as f:
+        f.write(text)
