@@ -134,6 +134,11 @@ class Reward(Component):
                 rows.append(make_grade_row(conv, t, g, identity, self.full_name))
         return rows
 
+    def grade_many(self, batches: Iterable[list[GradeItem]]) -> Iterator[list[dict[str, Any]]]:
+        """Grade a stream of batches, yielding each batch's rows in order. Out-of-process proxies pipeline this."""
+        for batch in batches:
+            yield self.grade(batch)
+
 
 def make_grade_row(conv: Mapping[str, Any], turn: int, g: TurnGrade, identity: dict, who: str) -> dict[str, Any]:
     score = float(g.score)

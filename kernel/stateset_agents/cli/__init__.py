@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
 
     _load_commands()
     try:
-        app(args=argv, prog_name="stateset-agents", standalone_mode=False)
+        rc = app(args=argv, prog_name="stateset-agents", standalone_mode=False)
+        if isinstance(rc, int):
+            return rc
     except StatesetError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return exc.exit_code

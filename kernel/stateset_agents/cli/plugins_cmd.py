@@ -1,0 +1,58 @@
+"""`plugins list` and `plugin serve`."""
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from .app import console, plugin_app, plugins_app
+
+
+@plugins_app.command("list")
+def plugins_list(
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+    kind: str = typer.Option(None, "--kind", help="Only this kind (ingestor, reward, trainer, evaluator, provider)."),
+):
+    """List every component: kind, name, version, package, and whether it is available (or why not)."""
+    from ..registry import get_registry
+
+    registry = get_registry()
+    rows = [s.as_row() for s in registry.all(kind)]
+    if as_json:
+        import orjson
+
+        payload = {"components": rows, "plugin_load_errors": registry.load_errors}
+        sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    from rich.table import Table
+
+    table = Table(title="StateSet Agents components")
+    for col in ("component", "version", "package", "status"):
+        table.add_column(col)
+    for r in rows:
+        status = "[green]available[/]" if r["available"] else f"[yellow]unavailable[/]: {r['install']}"
+        table.add_row(r["component"], r["version"], r["package"], status)
+    console.print(table)
+    for plugin, error in registry.load_errors.items():
+        console.print(f"[red]plugin {plugin} failed to load:[/] {error}")
+
+
+@plugin_app.command("serve")
+def plugin_serve(
+    component: str = typer.Argument(..., help="KIND:NAME (or a unique NAME) of the component to serve."),
+    transport: str = typer.Option("unix", help="unix (a 0600 socket in a private directory) or tcp."),
+    host: str = typer.Option("127.0.0.1", help="TCP host to bind (tcp transport)."),
+    port: int = typer.Option(0, help="TCP port to bind; 0 picks a free one (tcp transport)."),
+    socket_dir: str = typer.Option(None, help="Directory for the unix socket (e.g. one mounted from the host)."),
+    watch_stdin: bool = typer.Option(True, help="Exit when stdin closes (the launcher died)."),
+):
+    """Serve one component over gRPC. The kernel starts this; it is not meant to be run by hand."""
+    from ..registry import get_registry
+    from ..runtimes.server import launched_by_kernel, serve
+
+    if not launched_by_kernel():
+        raise typer.Exit(2)
+    spec = get_registry().resolve(component)
+
+    raise typer.Exit(serve(spec, transport=transport, host=host, port=port, socket_dir=socket_dir,
+                           watch_stdin=watch_stdin))

@@ -1,0 +1,64 @@
+from stateset_agents.contracts import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GradeItem(_message.Message):
+    __slots__ = ("conversation", "turns", "all_assistant_turns")
+    CONVERSATION_FIELD_NUMBER: _ClassVar[int]
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    ALL_ASSISTANT_TURNS_FIELD_NUMBER: _ClassVar[int]
+    conversation: _common_pb2.Conversation
+    turns: _containers.RepeatedScalarFieldContainer[int]
+    all_assistant_turns: bool
+    def __init__(self, conversation: _Optional[_Union[_common_pb2.Conversation, _Mapping]] = ..., turns: _Optional[_Iterable[int]] = ..., all_assistant_turns: _Optional[bool] = ...) -> None: ...
+
+class GradeRequest(_message.Message):
+    __slots__ = ("config", "items", "batch_id")
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    config: _common_pb2.ComponentConfig
+    items: _containers.RepeatedCompositeFieldContainer[GradeItem]
+    batch_id: int
+    def __init__(self, config: _Optional[_Union[_common_pb2.ComponentConfig, _Mapping]] = ..., items: _Optional[_Iterable[_Union[GradeItem, _Mapping]]] = ..., batch_id: _Optional[int] = ...) -> None: ...
+
+class RewardIdentity(_message.Message):
+    __slots__ = ("name", "version", "config_sha256")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_SHA256_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    config_sha256: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., config_sha256: _Optional[str] = ...) -> None: ...
+
+class Grade(_message.Message):
+    __slots__ = ("conversation_id", "turn_index", "score", "applicable", "breakdown_json", "reason", "reward")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TURN_INDEX_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    APPLICABLE_FIELD_NUMBER: _ClassVar[int]
+    BREAKDOWN_JSON_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REWARD_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    turn_index: int
+    score: float
+    applicable: bool
+    breakdown_json: bytes
+    reason: str
+    reward: RewardIdentity
+    def __init__(self, conversation_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., score: _Optional[float] = ..., applicable: _Optional[bool] = ..., breakdown_json: _Optional[bytes] = ..., reason: _Optional[str] = ..., reward: _Optional[_Union[RewardIdentity, _Mapping]] = ...) -> None: ...
+
+class GradeReply(_message.Message):
+    __slots__ = ("grades", "batch_id")
+    GRADES_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    grades: _containers.RepeatedCompositeFieldContainer[Grade]
+    batch_id: int
+    def __init__(self, grades: _Optional[_Iterable[_Union[Grade, _Mapping]]] = ..., batch_id: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,289 @@
+"""Out-of-process components, seen from the kernel: proxies with exactly the in-process Python interface.
+
+Every failure on the wire becomes a `PluginError` naming the component, the call and what happened (the plugin
+raised, died, timed out, or refused us). A stream that ends without its final event is a failure, never a success.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import uuid
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import grpc
+import orjson
+
+from ..components import Evaluator, GradeItem, Ingestor, Provider, Reject, Reward, Source, Trainer
+from ..contracts import (common_pb2, evaluator_pb2, evaluator_pb2_grpc, ingestor_pb2, ingestor_pb2_grpc,
+                         plugin_pb2, plugin_pb2_grpc, provider_pb2, provider_pb2_grpc, reward_pb2,
+                         reward_pb2_grpc, trainer_pb2, trainer_pb2_grpc)
+from ..errors import PluginError
+from . import convert, wire
+
+
+class Connection:
+    """A channel to one plugin server plus what is needed to explain its failures (the process, if we own it)."""
+
+    def __init__(self, component: str, address: str, token: str, *, process=None, on_close: Callable | None = None):
+        self.component, self.address, self.token, self.process = component, address, token, process
+        self.channel = grpc.insecure_channel(address, options=wire.CHANNEL_OPTIONS)
+        self.metadata = wire.bearer(token)
+        self.plugin = plugin_pb2_grpc.PluginStub(self.channel)
+        self._on_close = on_close
+        self.closed = False
+
+    def explain(self, call: str, exc: grpc.RpcError) -> PluginError:
+        code = exc.code() if hasattr(exc, "code") else None
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        if self.process is not None:
+            try:
+                rc = self.process.wait(timeout=1.0) if code in (grpc.StatusCode.UNAVAILABLE,
+                                                                grpc.StatusCode.CANCELLED,
+                                                                grpc.StatusCode.UNKNOWN,
+                                                                grpc.StatusCode.INTERNAL) else self.process.poll()
+            except Exception:  # noqa: BLE001 - still running
+                rc = self.process.poll()
+            if rc is not None:
+                return PluginError(self.component, call,
+                                   f"the plugin process (pid {self.process.pid}) exited with code {rc} during the "
+                                   f"call ({code.name if code else 'error'}: {details})")
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return PluginError(self.component, call, f"no answer before the deadline ({details})")
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return PluginError(self.component, call, f"the plugin refused our token ({details})")
+        return PluginError(self.component, call, f"{code.name if code else 'error'}: {details}")
+
+    def unary(self, call: str, method, request, timeout: float | None = None):
+        try:
+            return method(request, metadata=self.metadata, timeout=timeout or wire.UNARY_DEADLINE_SECONDS)
+        except grpc.RpcError as exc:
+            raise self.explain(call, exc) from None
+
+    def stream(self, call: str, method, request, *, is_heartbeat: Callable[[Any], bool],
+               idle_timeout: float | None = None) -> Iterator[Any]:
+        """Yield a server stream's messages; fail if nothing (not even a heartbeat) arrives for idle_timeout."""
+        idle = idle_timeout or wire.IDLE_TIMEOUT_SECONDS
+        rpc = method(request, metadata=self.metadata)
+        q: queue.Queue = queue.Queue(maxsize=1024)
+        done = object()
+
+        def pump():
+            try:
+                for msg in rpc:
+                    q.put(msg)
+            except grpc.RpcError as exc:
+                q.put(exc)
+            q.put(done)
+
+        threading.Thread(target=pump, daemon=True).start()
+        try:
+            while True:
+                try:
+                    msg = q.get(timeout=idle)
+                except queue.Empty:
+                    rpc.cancel()
+                    raise PluginError(self.component, call,
+                                      f"no event or heartbeat for {idle:.0f}s; the plugin is hung") from None
+                if msg is done:
+                    return
+                if isinstance(msg, grpc.RpcError):
+                    raise self.explain(call, msg)
+                if not is_heartbeat(msg):
+                    yield msg
+        finally:
+            rpc.cancel()  # a no-op after normal completion; stops the server work if we stop early
+
+    def metadata_info(self) -> plugin_pb2.Metadata:
+        return self.unary("Plugin.GetMetadata", self.plugin.GetMetadata, plugin_pb2.GetMetadataRequest(),
+                          timeout=30)
+
+    def cancel(self, call_id: str) -> None:
+        try:
+            self.plugin.Cancel(common_pb2.CancelRequest(call_id=call_id), metadata=self.metadata, timeout=10)
+        except grpc.RpcError:
+            pass
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.plugin.Shutdown(plugin_pb2.ShutdownRequest(), metadata=self.metadata, timeout=5)
+        except grpc.RpcError:
+            pass
+        self.channel.close()
+        if self._on_close:
+            self._on_close()
+
+
+class _RemoteMixin:
+    """Identity from the server's metadata; configuration travels with every request."""
+
+    def _init_remote(self, conn: Connection, meta: plugin_pb2.Metadata, config: Mapping[str, Any] | None):
+        self.name, self.version = meta.name, meta.version
+        self.capabilities = tuple(meta.capabilities)
+        self.contract_versions = tuple(meta.contract_versions)
+        self.conn = conn
+        self.pid = conn.process.pid if conn.process is not None else None
+        self._config_pb = convert.config_to_proto(self.config, self.config_sha256)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _is_heartbeat_event(msg) -> bool:
+    return msg.type == "heartbeat"
+
+
+class RemoteReward(_RemoteMixin, Reward):
+    config_schema = None  # validated by the server-side component
+
+    def __init__(self, conn: Connection, meta, config=None):
+        Reward.__init__(self, config)
+        self._init_remote(conn, meta, config)
+        self._stub = reward_pb2_grpc.RewardStub(conn.channel)
+
+    def _request(self, items: Iterable[GradeItem], batch_id: int = 0) -> reward_pb2.GradeRequest:
+        req = reward_pb2.GradeRequest(config=self._config_pb, batch_id=batch_id)
+        for item in items:
+            pb = req.items.add()
+            pb.conversation.CopyFrom(convert.conversation_to_proto(item.conversation))
+            if item.turns is None:
+                pb.all_assistant_turns = True
+            else:
+                pb.turns.extend(item.turns)
+        return req
+
+    def grade(self, items: Iterable[GradeItem]) -> list[dict[str, Any]]:
+        reply = self.conn.unary("Reward.Grade", self._stub.Grade, self._request(items))
+        return [convert.grade_from_proto(g) for g in reply.grades]
+
+    def grade_many(self, batches: Iterable[list[GradeItem]], *, in_flight: int = 4) -> Iterator[list[dict]]:
+        """Pipelined: up to `in_flight` batches on one stream, so our encoding overlaps the plugin's grading."""
+        window = threading.Semaphore(in_flight)
+        failure: list[BaseException] = []
+
+        def requests():
+            for i, batch in enumerate(batches):
+                window.acquire()
+                if failure:
+                    return
+                yield self._request(batch, batch_id=i)
+
+        call = self._stub.GradeStream(requests(), metadata=self.conn.metadata)
+        try:
+            for reply in call:
+                window.release()
+                yield [convert.grade_from_proto(g) for g in reply.grades]
+        except grpc.RpcError as exc:
+            failure.append(exc)
+            window.release()
+            raise self.conn.explain("Reward.GradeStream", exc) from None
+        finally:
+            call.cancel()
+
+
+class RemoteIngestor(_RemoteMixin, Ingestor):
+    config_schema = None
+
+    def __init__(self, conn: Connection, meta, config=None):
+        Ingestor.__init__(self, config)
+        self._init_remote(conn, meta, config)
+        self._stub = ingestor_pb2_grpc.IngestorStub(conn.channel)
+
+    def ingest(self, source: Source) -> Iterator[dict[str, Any] | Reject]:
+        call_id = uuid.uuid4().hex
+        req = ingestor_pb2.IngestRequest(config=self._config_pb, call_id=call_id, source=ingestor_pb2.IngestSource(
+            path=source.path, sha256=source.sha256, local_path=source.local_path))
+        completed = False
+        for rec in self.conn.stream("Ingestor.Ingest", self._stub.Ingest, req,
+                                    is_heartbeat=lambda r: r.WhichOneof("record") == "event"
+                                    and r.event.type == "heartbeat"):
+            which = rec.WhichOneof("record")
+            if which == "conversation":
+                yield convert.conversation_from_proto(rec.conversation)
+            elif which == "reject":
+                r = rec.reject
+                yield Reject(path=r.path, line=r.line, reason=r.reason, detail=r.detail, field=r.field or None)
+            elif rec.event.type == "completed":
+                completed = True
+        if not completed:
+            raise PluginError(self.full_name, "Ingestor.Ingest", "the stream ended before the plugin said it was done")
+
+
+class _RemoteStreaming(_RemoteMixin):
+    _call_name = ""
+
+    def run(self, request: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        self._call_id = uuid.uuid4().hex
+        req = self._request_cls(config=self._config_pb, call_id=self._call_id,
+                                request_json=orjson.dumps(dict(request), default=str))
+        final = None
+        for pb in self.conn.stream(self._call_name, self._method, req, is_heartbeat=_is_heartbeat_event):
+            event = convert.event_from_proto(pb)
+            if event["type"] in ("completed", "failed"):
+                final = event
+            yield event
+        if final is None:
+            raise PluginError(self.full_name, self._call_name,
+                              "the stream ended without a completed or failed event")
+
+    def cancel(self) -> None:
+        super().cancel()
+        if getattr(self, "_call_id", None):
+            self.conn.cancel(self._call_id)
+
+
+class RemoteTrainer(_RemoteStreaming, Trainer):
+    config_schema = None
+    _call_name = "Trainer.Train"
+    _request_cls = trainer_pb2.TrainRequest
+
+    def __init__(self, conn: Connection, meta, config=None):
+        Trainer.__init__(self, config)
+        self._init_remote(conn, meta, config)
+        self._method = trainer_pb2_grpc.TrainerStub(conn.channel).Train
+
+
+class RemoteEvaluator(_RemoteStreaming, Evaluator):
+    config_schema = None
+    _call_name = "Evaluator.Evaluate"
+    _request_cls = evaluator_pb2.EvaluateRequest
+
+    def __init__(self, conn: Connection, meta, config=None):
+        Evaluator.__init__(self, config)
+        self._init_remote(conn, meta, config)
+        self._method = evaluator_pb2_grpc.EvaluatorStub(conn.channel).Evaluate
+
+
+class RemoteProvider(_RemoteMixin, Provider):
+    config_schema = None
+
+    def __init__(self, conn: Connection, meta, config=None):
+        Provider.__init__(self, config)
+        self._init_remote(conn, meta, config)
+        self._stub = provider_pb2_grpc.ProviderStub(conn.channel)
+
+    def _call(self, name: str, payload: Any) -> Any:
+        req = provider_pb2.ProviderRequest(config=self._config_pb, json=orjson.dumps(payload, default=str))
+        reply = self.conn.unary(f"Provider.{name}", getattr(self._stub, name), req)
+        return orjson.loads(reply.json) if reply.json else None
+
+    def quote(self, plan):
+        return self._call("Quote", dict(plan))
+
+    def launch(self, plan):
+        return self._call("Launch", dict(plan))
+
+    def status(self, run_id: str):
+        return self._call("Status", {"run_id": run_id})
+
+    def terminate(self, run_id: str):
+        return self._call("Terminate", {"run_id": run_id})
+
+    def list_jobs(self):
+        return self._call("ListJobs", {})
+
+
+PROXIES = {"reward": RemoteReward, "ingestor": RemoteIngestor, "trainer": RemoteTrainer,
+           "evaluator": RemoteEvaluator, "provider": RemoteProvider}

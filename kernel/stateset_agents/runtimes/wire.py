@@ -1,0 +1,36 @@
+"""What both ends of the wire agree on: the handshake, auth metadata, limits and timeouts."""
+from __future__ import annotations
+
+import os
+
+PROTOCOL = "stateset-plugin"
+TOKEN_ENV = "STATESET_PLUGIN_TOKEN"
+PARENT_PID_ENV = "STATESET_PLUGIN_PARENT_PID"
+HEALTH_SERVICE = "plugin"
+AUTH_HEADER = "authorization"
+
+#: Set explicitly on both ends: large batches of conversations must fit, unbounded ones must not.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+def _seconds(env: str, default: float) -> float:
+    try:
+        return float(os.environ.get(env, default))
+    except ValueError:
+        return default
+
+
+#: Seconds between heartbeats on long streams, and how long a client waits for any event before giving up.
+HEARTBEAT_SECONDS = _seconds("STATESET_PLUGIN_HEARTBEAT_S", 5.0)
+IDLE_TIMEOUT_SECONDS = _seconds("STATESET_PLUGIN_IDLE_TIMEOUT_S", 60.0)
+#: Deadline for unary calls (a batch of grades, a quote) and for the handshake line.
+UNARY_DEADLINE_SECONDS = _seconds("STATESET_PLUGIN_DEADLINE_S", 300.0)
+HANDSHAKE_TIMEOUT_SECONDS = _seconds("STATESET_PLUGIN_HANDSHAKE_TIMEOUT_S", 30.0)
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return ((AUTH_HEADER, f"Bearer {token}"),)
