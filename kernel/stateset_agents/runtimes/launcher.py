@@ -119,7 +119,7 @@ def launch_subprocess(spec: ComponentSpec, *, config: Mapping[str, Any] | None =
             raise ContractMismatch(spec.full_name, list(meta.contract_versions), list(CONTRACT_VERSIONS))
         return PROXIES[spec.kind](conn, meta, config)
     except BaseException:
-        child.stop()
-        if child.proc.poll() is None:
+        if child.proc.poll() is None:  # a child that failed its handshake gets no grace period
             child.proc.kill()
+            child.proc.wait(timeout=5)
         raise

@@ -279,10 +279,11 @@ def _watch_launcher(stop: threading.Event, watch_stdin: bool) -> None:
     parent = os.environ.get(wire.PARENT_PID_ENV)
 
     def stdin_eof():
+        # The raw fd, not sys.stdin: a daemon thread blocked in a buffered read aborts interpreter shutdown.
         try:
-            while sys.stdin.buffer.read(4096):
+            while os.read(0, 4096):
                 pass
-        except (OSError, ValueError):
+        except OSError:
             pass
         stop.set()
 

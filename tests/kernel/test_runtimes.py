@@ -1,0 +1,207 @@
+"""The subprocess runtime as the pipeline sees it: the same interface as in-process, and every fault fails closed."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from stateset_agents import GradeItem
+from stateset_agents.contracts import plugin_pb2, plugin_pb2_grpc
+from stateset_agents.errors import ContractMismatch, PluginError
+from stateset_agents.registry import get_registry
+from stateset_agents.runtimes import load_component
+from stateset_agents.runtimes.launcher import launch_subprocess, parse_handshake
+
+
+def conv(text: str, cid: str = "c1") -> dict:
+    return {"id": cid, "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": text}]}
+
+
+@pytest.fixture(scope="module")
+def faulty():
+    with load_component("reward:test_faulty", runtime="subprocess") as r:
+        yield r
+
+
+def test_handshake_is_exactly_one_json_line_and_the_socket_is_private():
+    env = {**os.environ, "STATESET_PLUGIN_TOKEN": "secret-token"}
+    proc = subprocess.Popen([sys.executable, "-m", "stateset_agents", "plugin", "serve", "reward:test_length"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        hs = json.loads(proc.stdout.readline())
+        assert set(hs) == {"protocol", "contract_versions", "transport", "address", "pid"}
+        assert hs["protocol"] == "stateset-plugin" and hs["transport"] == "grpc"
+        assert hs["contract_versions"] == [1] and hs["pid"] == proc.pid
+        assert hs["address"].startswith("unix:///")
+        sock = hs["address"][len("unix://"):]
+        assert oct(os.stat(sock).st_mode & 0o777) == "0o600"
+
+        channel = grpc.insecure_channel(hs["address"])
+        # Health answers without a token ...
+        health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="plugin"),
+                                                           timeout=10)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+        # ... everything else needs it.
+        stub = plugin_pb2_grpc.PluginStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.GetMetadata(plugin_pb2.GetMetadataRequest(), timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        with pytest.raises(grpc.RpcError) as err:
+            stub.GetMetadata(plugin_pb2.GetMetadataRequest(), timeout=10,
+                             metadata=(("authorization", "Bearer wrong"),))
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        meta = stub.GetMetadata(plugin_pb2.GetMetadataRequest(), timeout=10,
+                                metadata=(("authorization", "Bearer secret-token"),))
+        assert (meta.kind, meta.name, list(meta.contract_versions)) == ("reward", "test_length", [1])
+        stub.Shutdown(plugin_pb2.ShutdownRequest(), timeout=10, metadata=(("authorization", "Bearer secret-token"),))
+        assert proc.wait(timeout=15) == 0
+        assert not os.path.exists(sock)
+    finally:
+        proc.kill()
+
+
+def test_same_results_in_process_and_out_of_process():
+    convs = [GradeItem(conv("x" * n, f"c{n}")) for n in (0, 5, 20, 80)]
+    with load_component("reward:test_length", config={"target": 30}) as local, \
+            load_component("reward:test_length", config={"target": 30}, runtime="subprocess") as remote:
+        assert remote.grade(convs) == local.grade(convs)
+        assert list(remote.grade_many([convs, convs[:1]])) == list(local.grade_many([convs, convs[:1]]))
+        assert remote.identity() == local.identity()
+        assert isinstance(remote, type(local).__mro__[1])  # both are stateset_agents.Reward
+
+
+def test_config_travels_in_the_request_and_is_validated_by_the_plugin():
+    with load_component("reward:test_length", config={"target": 0}, runtime="subprocess") as remote:
+        with pytest.raises(PluginError, match="Reward.Grade.*target"):
+            remote.grade([GradeItem(conv("hi"))])
+
+
+def test_a_plugin_that_raises_is_reported_with_plugin_call_and_message(faulty):
+    with pytest.raises(PluginError) as err:
+        faulty.grade([GradeItem(conv("please RAISE"))])
+    msg = str(err.value)
+    assert "reward:test_faulty" in msg and "Reward.Grade" in msg and "asked to raise" in msg
+    # The server survives a raising call.
+    assert faulty.grade([GradeItem(conv("ok"))])[0]["score"] == 1.0
+
+
+def test_out_of_range_scores_are_refused_not_clamped(faulty):
+    with pytest.raises(PluginError, match=r"\[0, 1\]"):
+        faulty.grade([GradeItem(conv("BADSCORE"))])
+
+
+def test_a_plugin_that_dies_mid_call_is_an_error_never_an_empty_success():
+    with load_component("reward:test_faulty", runtime="subprocess") as r:
+        with pytest.raises(PluginError) as err:
+            r.grade([GradeItem(conv("DIE now"))])
+    assert "exited with code 17" in str(err.value)
+
+
+def test_a_hung_unary_call_hits_its_deadline(monkeypatch):
+    from stateset_agents.runtimes import wire
+
+    monkeypatch.setattr(wire, "UNARY_DEADLINE_SECONDS", 1.0)
+    with load_component("reward:test_faulty", runtime="subprocess") as r:
+        t0 = time.time()
+        with pytest.raises(PluginError, match="deadline"):
+            r.grade([GradeItem(conv("HANG"))])
+        assert time.time() - t0 < 10
+
+
+def test_long_streams_carry_heartbeats_and_cancel_stops_them(monkeypatch):
+    with load_component("trainer:test_countdown", runtime="subprocess") as trainer:
+        events = []
+        for event in trainer.run({"steps": 50, "delay": 0.05}):
+            events.append(event)
+            if len(events) == 3:
+                trainer.cancel()
+        assert events[-1]["type"] == "failed" and events[-1]["reason"] == "cancelled"
+        assert len(events) < 50
+
+
+def test_a_stream_that_stops_without_heartbeats_fails_after_the_idle_timeout(monkeypatch):
+    from stateset_agents.runtimes import wire
+
+    # The server sends heartbeats every 5 s by default; a 0.5 s idle timeout must trip on a 2 s quiet step.
+    monkeypatch.setattr(wire, "IDLE_TIMEOUT_SECONDS", 0.5)
+    with load_component("trainer:test_countdown", runtime="subprocess") as trainer:
+        with pytest.raises(PluginError, match="no event or heartbeat"):
+            list(trainer.run({"steps": 2, "delay": 2.0}))
+
+
+def test_heartbeats_keep_a_slow_stream_alive(monkeypatch):
+    from stateset_agents.runtimes import wire
+
+    monkeypatch.setenv("STATESET_PLUGIN_HEARTBEAT_S", "0.2")
+    monkeypatch.setattr(wire, "IDLE_TIMEOUT_SECONDS", 1.0)
+    with load_component("trainer:test_countdown", runtime="subprocess") as trainer:
+        events = list(trainer.run({"steps": 1, "delay": 2.0}))
+    assert events[-1]["type"] == "completed"
+
+
+def test_a_trainer_process_that_dies_mid_stream_fails_the_run():
+    with load_component("trainer:test_countdown", runtime="subprocess") as trainer:
+        with pytest.raises(PluginError, match="exited with code 9"):
+            list(trainer.run({"steps": 5, "die_at": 2}))
+
+
+def test_malformed_handshake_is_a_clear_error_and_the_child_is_cleaned_up():
+    spec = get_registry().resolve("reward:test_length")
+    script = "import sys, time; print('hello, not json'); sys.stdout.flush(); time.sleep(60)"
+    with pytest.raises(PluginError, match="handshake"):
+        launch_subprocess(spec, argv=[sys.executable, "-c", script])
+
+
+def test_a_plugin_that_never_prints_a_handshake_times_out_and_is_killed():
+    spec = get_registry().resolve("reward:test_length")
+    script = "import os, time; print(os.getpid(), file=open('/dev/stderr','w')); time.sleep(60)"
+    t0 = time.time()
+    with pytest.raises(PluginError, match="no handshake line within 1s"):
+        launch_subprocess(spec, argv=[sys.executable, "-c", script], handshake_timeout=1)
+    assert time.time() - t0 < 15
+
+
+def test_no_common_contract_version_is_refused_with_both_versions_named():
+    line = json.dumps({"protocol": "stateset-plugin", "contract_versions": [7], "transport": "grpc",
+                       "address": "unix:///x", "pid": 1})
+    with pytest.raises(ContractMismatch) as err:
+        parse_handshake(line, "reward:x")
+    assert "[7]" in str(err.value) and "[1]" in str(err.value)
+
+
+def test_the_plugin_exits_when_its_launcher_dies(tmp_path):
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(
+        "import sys, time\n"
+        "from stateset_agents.runtimes import load_component\n"
+        "r = load_component('reward:test_length', runtime='subprocess')\n"
+        "print(r.pid, flush=True)\n"
+        "time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, str(launcher)], stdout=subprocess.PIPE, text=True)
+    plugin_pid = int(proc.stdout.readline())
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.time() + 15
+    while time.time() < deadline:
+        try:
+            os.kill(plugin_pid, 0)
+        except ProcessLookupError:
+            return
+        # reap if it became our zombie? it is the launcher's child, re-parented to init
+        time.sleep(0.2)
+    pytest.fail(f"plugin pid {plugin_pid} outlived its launcher")
+
+
+def test_serve_without_a_token_explains_and_exits_non_zero():
+    env = {k: v for k, v in os.environ.items() if k != "STATESET_PLUGIN_TOKEN"}
+    out = subprocess.run([sys.executable, "-m", "stateset_agents", "plugin", "serve", "reward:test_length"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode != 0
+    assert "started by the kernel" in out.stderr
