@@ -34,6 +34,11 @@ class Component:
     #: Optional JSON Schema for the configuration; validated when the component is built.
     config_schema: ClassVar[Mapping[str, Any] | None] = None
 
+    @classmethod
+    def example_config(cls) -> dict[str, Any]:
+        """A configuration that works out of the box; the conformance suite builds the component with it."""
+        return {}
+
     def __init__(self, config: Mapping[str, Any] | None = None):
         self.config: dict[str, Any] = dict(config or {})
         if self.config_schema is not None:

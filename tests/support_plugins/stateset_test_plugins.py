@@ -82,6 +82,9 @@ class CountdownTrainer(Trainer):
     name, version = "test_countdown", "1.0.0"
 
     def run(self, request):
+        if "steps" not in request:
+            yield {"type": "failed", "reason": "request has no 'steps'"}
+            return
         steps, delay = int(request.get("steps", 3)), float(request.get("delay", 0.0))
         for step in range(1, steps + 1):
             if self.cancelled:
@@ -98,6 +101,9 @@ class EchoEvaluator(Evaluator):
     name, version = "test_echo", "1.0.0"
 
     def run(self, request):
+        if "cases" not in request:
+            yield {"type": "failed", "reason": "request has no 'cases'"}
+            return
         yield {"type": "progress", "done": 0, "total": len(request.get("cases", []))}
         yield {"type": "completed", "cases": request.get("cases", []), "config": self.config}
 
