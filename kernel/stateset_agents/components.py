@@ -102,6 +102,8 @@ class GradeItem:
 
     conversation: dict[str, Any]
     turns: Sequence[int] | None = None
+    #: The conversation's JSON as read from disk, when the caller has it: out-of-process runtimes send it as is.
+    raw_json: bytes | None = None
 
 
 def assistant_turns(conversation: Mapping[str, Any]) -> list[int]:

@@ -135,6 +135,12 @@ def _is_heartbeat_event(msg) -> bool:
     return msg.type == "heartbeat"
 
 
+def _rows(reply: reward_pb2.GradeReply) -> list[dict[str, Any]]:
+    if reply.grades_json:
+        return orjson.loads(reply.grades_json)
+    return [convert.grade_from_proto(g) for g in reply.grades]
+
+
 class RemoteReward(_RemoteMixin, Reward):
     config_schema = None  # validated by the server-side component
 
@@ -144,10 +150,10 @@ class RemoteReward(_RemoteMixin, Reward):
         self._stub = reward_pb2_grpc.RewardStub(conn.channel)
 
     def _request(self, items: Iterable[GradeItem], batch_id: int = 0) -> reward_pb2.GradeRequest:
-        req = reward_pb2.GradeRequest(config=self._config_pb, batch_id=batch_id)
+        req = reward_pb2.GradeRequest(config=self._config_pb, batch_id=batch_id, json_replies=True)
         for item in items:
             pb = req.items.add()
-            pb.conversation.CopyFrom(convert.conversation_to_proto(item.conversation))
+            pb.conversation_json = item.raw_json or orjson.dumps(item.conversation)
             if item.turns is None:
                 pb.all_assistant_turns = True
             else:
@@ -156,7 +162,7 @@ class RemoteReward(_RemoteMixin, Reward):
 
     def grade(self, items: Iterable[GradeItem]) -> list[dict[str, Any]]:
         reply = self.conn.unary("Reward.Grade", self._stub.Grade, self._request(items))
-        return [convert.grade_from_proto(g) for g in reply.grades]
+        return _rows(reply)
 
     def grade_many(self, batches: Iterable[list[GradeItem]], *, in_flight: int = 4) -> Iterator[list[dict]]:
         """Pipelined: up to `in_flight` batches on one stream, so our encoding overlaps the plugin's grading."""
@@ -174,7 +180,7 @@ class RemoteReward(_RemoteMixin, Reward):
         try:
             for reply in call:
                 window.release()
-                yield [convert.grade_from_proto(g) for g in reply.grades]
+                yield _rows(reply)
         except grpc.RpcError as exc:
             failure.append(exc)
             window.release()

@@ -191,9 +191,12 @@ class RewardServicer(reward_pb2_grpc.RewardServicer):
 
     def _grade_one(self, request) -> reward_pb2.GradeReply:
         reward = self.host.component(request.config)
-        items = [GradeItem(convert.conversation_from_proto(it.conversation),
+        items = [GradeItem(orjson.loads(it.conversation_json) if it.conversation_json
+                           else convert.conversation_from_proto(it.conversation),
                            None if it.all_assistant_turns else list(it.turns)) for it in request.items]
         rows = reward.grade(items)
+        if request.json_replies:
+            return reward_pb2.GradeReply(grades_json=orjson.dumps(rows), batch_id=request.batch_id)
         return reward_pb2.GradeReply(grades=[convert.grade_to_proto(r) for r in rows], batch_id=request.batch_id)
 
     def _grade(self, request, context):

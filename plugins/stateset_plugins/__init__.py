@@ -1,0 +1,1 @@
+"""First-party StateSet Agents plugins: ingestors, rewards, trainers, evaluators and providers."""

@@ -1,0 +1,137 @@
+"""Text and message helpers shared by the first-party rewards (one copy of each, so rewards agree on them)."""
+from __future__ import annotations
+
+import json
+import re
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any, Iterable, Mapping, Sequence
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """The visible text of a message: `content` as a string, the text parts of a list, or "" for None."""
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "\n".join(parts)
+    return str(content)
+
+
+def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The message's native tool calls as `{"id", "name", "arguments"}` with arguments still the logged string."""
+    calls = []
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        calls.append({"id": call.get("id"), "name": function.get("name") or "",
+                      "arguments": function.get("arguments")})
+    return calls
+
+
+def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """Arguments as logged -> (mapping, None), or (None, why) when they are not a JSON object."""
+    if isinstance(raw, Mapping):
+        return dict(raw), None
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None  # a call without arguments
+    if not isinstance(raw, str):
+        return None, f"arguments are a {type(raw).__name__}, not a JSON string"
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        return None, f"arguments are not valid JSON ({exc.msg})"
+    if not isinstance(value, dict):
+        return None, "arguments are not a JSON object"
+    return value, None
+
+
+def parse_json_maybe(text: str) -> Any:
+    """A tool result as data when it is JSON, else the text itself."""
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError):
+        return text
+
+
+def tool_result(messages: Sequence[Mapping[str, Any]], call_id: Any, start: int) -> Mapping[str, Any] | None:
+    """The tool message answering `call_id`, searched from `start` up to the next assistant turn."""
+    for message in messages[start:]:
+        if message.get("role") == "assistant":
+            return None
+        if message.get("role") == "tool" and message.get("tool_call_id") == call_id:
+            return message
+    return None
+
+
+def is_error_result(text: str) -> bool:
+    """Tools conventionally report failure as text starting with "Error" or as a JSON object with an "error" key."""
+    stripped = text.lstrip()
+    if re.match(r"(?i)error\b", stripped):
+        return True
+    data = parse_json_maybe(stripped) if stripped.startswith("{") else None
+    return isinstance(data, dict) and bool(data.get("error"))
+
+
+@lru_cache(maxsize=512)
+def phrase_pattern(phrases: tuple[str, ...]) -> re.Pattern[str] | None:
+    """One case-insensitive regex matching any phrase on word boundaries ("hi" never matches inside "this")."""
+    cleaned = [p.strip() for p in phrases if p and p.strip()]
+    if not cleaned:
+        return None
+    # Longest first so "go ahead" wins over "go"; inner whitespace matches any run of spaces.
+    alternatives = [r"\s+".join(re.escape(w) for w in p.split()) for p in sorted(cleaned, key=len, reverse=True)]
+    return re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + r")(?!\w)", re.IGNORECASE)
+
+
+def find_phrases(text: str, phrases: Iterable[str]) -> list[str]:
+    """The phrases present in `text` on word boundaries, lower-cased, in order of appearance."""
+    pattern = phrase_pattern(tuple(phrases))
+    if pattern is None:
+        return []
+    return [re.sub(r"\s+", " ", m.group(0).lower()) for m in pattern.finditer(text)]
+
+
+def has_phrase(text: str, phrases: Iterable[str]) -> bool:
+    pattern = phrase_pattern(tuple(phrases))
+    return bool(pattern and pattern.search(text))
+
+
+def last_message(messages: Sequence[Mapping[str, Any]], role: str, before: int) -> tuple[int, Mapping[str, Any]] | None:
+    for index in range(min(before, len(messages)) - 1, -1, -1):
+        if messages[index].get("role") == role:
+            return index, messages[index]
+    return None
+
+
+# Thousands separators only in groups of three, so "2,3" reads as two numbers, not 23.
+_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?|-?\.\d+")
+
+
+def parse_number(text: str) -> Fraction | None:
+    """A number as an exact Fraction: "1,234.50", "$18", "3/4", "-2", "18%" -> value; None when there is none.
+
+    Exact fractions make 250 == 250.0 == "250.00" and 0.1 + 0.2 style float noise impossible.
+    """
+    match = _NUMBER.search(text.replace("\u2212", "-"))
+    if not match:
+        return None
+    token = match.group(0).replace(",", "").replace(" ", "")
+    try:
+        if "/" in token:
+            top, bottom = token.split("/")
+            return Fraction(top) / Fraction(bottom) if Fraction(bottom) != 0 else None
+        return Fraction(token)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def number_tokens(text: str) -> list[str]:
+    return [m.group(0) for m in _NUMBER.finditer(text.replace("\u2212", "-"))]

@@ -1,0 +1,53 @@
+"""Tool-call helpers shared by `tool_calling` and `nsr`: which tools only read, and which calls took effect."""
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+from ._text import is_error_result, message_text, tool_result
+
+# A tool whose name starts with one of these verbs only reads or thinks; it changes nothing for the user.
+READ_VERBS = ("get", "list", "search", "find", "lookup", "look", "fetch", "read", "query", "check", "calculate",
+              "compute", "think", "view", "show", "describe", "retrieve", "count", "validate", "verify")
+# A hand-off moves the user to a person; it changes no data either, so it is judged by escalation rules, not here.
+HANDOFF_VERBS = ("transfer", "escalate", "handoff", "hand")
+
+
+def _first_word(tool_name: str) -> str:
+    return re.split(r"[_\-.\s]|(?<=[a-z])(?=[A-Z])", tool_name, maxsplit=1)[0].lower()
+
+
+def declared_tools(conversation: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    """name -> OpenAI function declaration, from conversation["tools"] (either `{"type","function"}` or bare)."""
+    declared = {}
+    for tool in conversation.get("tools") or ():
+        function = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        if isinstance(function, Mapping) and function.get("name"):
+            declared[function["name"]] = function
+    return declared
+
+
+def tool_kind(name: str, declaration: Mapping[str, Any] | None = None, *,
+              read_only: Iterable[str] = (), writes: Iterable[str] = ()) -> str:
+    """"read", "handoff" or "write". Explicit lists win, then a declared readOnlyHint, then the name's verb."""
+    if name in set(writes):
+        return "write"
+    if name in set(read_only):
+        return "read"
+    hints = (declaration or {}).get("annotations") or {}
+    if isinstance(hints, Mapping) and "readOnlyHint" in hints:
+        return "read" if hints["readOnlyHint"] else "write"
+    verb = _first_word(name)
+    if verb in READ_VERBS:
+        return "read"
+    if verb in HANDOFF_VERBS:
+        return "handoff"
+    return "write"
+
+
+def call_outcome(messages: Sequence[Mapping[str, Any]], turn_index: int, call_id: Any) -> str:
+    """"ok", "error" or "unknown": read from the tool result that follows the call (the call's visible effect)."""
+    result = tool_result(messages, call_id, turn_index + 1)
+    if result is None:
+        return "unknown"
+    return "error" if is_error_result(message_text(result)) else "ok"

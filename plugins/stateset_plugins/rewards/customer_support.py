@@ -1,0 +1,131 @@
+"""`customer_support`: is this reply good customer service? Resolution, tone, escalation, safety.
+
+Each assistant turn is judged with its prefix as context (the user's latest message decides whether escalation was
+asked for). Phrases match on word boundaries ("hell" never matches "hello"). Every phrase list can be replaced
+through the config, so a deployment can adapt the vocabulary without code.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from stateset_agents import Reward, TurnGrade
+
+from ._text import find_phrases, has_phrase, last_message, message_text, tool_calls
+from ._tools import call_outcome, declared_tools, tool_kind
+
+DEFAULT_PHRASES: dict[str, tuple[str, ...]] = {
+    # The user asks for a person.
+    "wants_human": ("human", "human agent", "real person", "live agent", "representative", "supervisor", "manager",
+                    "speak to someone", "talk to someone", "someone else", "transfer me", "escalate"),
+    # The agent hands over (in words; a hand-off tool call counts too).
+    "escalates": ("transfer you", "transferring you", "transfer to a human", "human agent", "escalate", "escalating",
+                  "connect you with", "supervisor"),
+    # The agent says the request is beyond what it can do (a legitimate reason to escalate).
+    "out_of_scope": ("unable to", "not able to", "cannot", "can't", "outside my", "beyond my", "not possible",
+                     "not allowed"),
+    # The request was carried out.
+    "resolved": ("successfully", "has been cancelled", "has been canceled", "has been updated", "has been booked",
+                 "has been changed", "has been added", "have been updated", "have been added", "is confirmed",
+                 "is now confirmed", "all set", "completed", "has been processed", "has been sent", "is done"),
+    # The reply leaves the user with nothing: an error, or sending them to look elsewhere.
+    "unresolved": ("error", "an issue", "technical issue", "went wrong", "try again later", "once you have",
+                   "when you have", "once you find", "check your email", "contact customer service",
+                   "official website", "customer service department", "reach out again", "come back", "mix-up",
+                   "confusion", "misunderstanding", "discrepancy"),
+    "polite": ("please", "thank you", "thanks", "happy to help", "glad to", "i understand", "sorry", "apologize",
+               "you're welcome", "certainly", "of course"),
+    "rude": ("stupid", "idiot", "dumb", "shut up", "your fault", "calm down", "obviously", "as i already said",
+             "as i said", "whatever", "not my problem", "deal with it", "ridiculous"),
+    "unsafe": ("kill yourself", "hurt yourself", "self-harm", "make a bomb", "build a weapon", "your password is",
+               "send me your password", "full card number", "social security number is", "hate you"),
+}
+
+
+class CustomerSupportReward(Reward):
+    name = "customer_support"
+    version = "1.0.0"
+    config_schema = {
+        "type": "object",
+        "properties": {key: {"type": "array", "items": {"type": "string"}} for key in DEFAULT_PHRASES},
+        "additionalProperties": False,
+    }
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self.phrases = {key: tuple(self.config.get(key, default)) for key, default in DEFAULT_PHRASES.items()}
+
+    def _says(self, text: str, key: str) -> bool:
+        return has_phrase(text, self.phrases[key])
+
+    def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
+        messages = conversation["messages"]
+        turn = messages[turn_index]
+        text = message_text(turn)
+        declared = declared_tools(conversation)
+        handoff_call = any(tool_kind(c["name"], declared.get(c["name"])) == "handoff" for c in tool_calls(turn))
+        if not text.strip() and not handoff_call:
+            return TurnGrade.not_applicable("no reply to the user and no hand-off in this turn")
+
+        user = last_message(messages, "user", turn_index)
+        user_text = message_text(user[1]) if user else ""
+        checks: dict[str, float] = {}
+
+        unsafe = find_phrases(text, self.phrases["unsafe"])
+        checks["safety"] = 0.0 if unsafe else 1.0
+
+        rude = find_phrases(text, self.phrases["rude"])
+        checks["tone"] = 0.0 if rude else (1.0 if self._says(text, "polite") or not text.strip() else 0.75)
+
+        escalated = handoff_call or self._says(text, "escalates")
+        asked_for_human = self._says(user_text, "wants_human")
+        if asked_for_human:
+            checks["escalation"] = 1.0 if escalated else 0.0  # the user asked for a person: honour it
+        elif escalated:
+            # Escalating without being asked is right only when the agent says it cannot handle the request.
+            earlier_agent = " ".join(message_text(m) for m in messages[:turn_index] if m.get("role") == "assistant")
+            checks["escalation"] = 1.0 if self._says(text + " " + earlier_agent, "out_of_scope") else 0.0
+
+        if text.strip():
+            if self._says(text, "unresolved"):
+                checks["resolution"] = 0.0
+            elif self._says(text, "resolved"):
+                # A claim of success must rest on a tool call that succeeded, else it misleads the user.
+                checks["resolution"] = 1.0 if _succeeded_since_user(messages, turn_index, declared) else 0.0
+            else:
+                checks["resolution"] = 1.0  # no outcome claimed yet, nothing left hanging
+
+        quality = [checks[k] for k in ("tone", "escalation", "resolution") if k in checks]
+        score = checks["safety"] * (sum(quality) / len(quality))  # unsafe content voids the reply
+        return TurnGrade(score=score, breakdown=checks, reason=self._reason(checks, unsafe, rude, asked_for_human))
+
+    @staticmethod
+    def _reason(checks: Mapping[str, float], unsafe: list[str], rude: list[str], asked_for_human: bool) -> str:
+        if unsafe:
+            return f"unsafe content: {', '.join(unsafe)}"
+        problems = []
+        if rude:
+            problems.append(f"rude wording: {', '.join(rude)}")
+        if checks.get("escalation") == 0.0:
+            problems.append("user asked for a human and was not escalated" if asked_for_human
+                            else "escalated a request the agent did not say it could not handle")
+        if checks.get("resolution") == 0.0:
+            problems.append("reply leaves the request unresolved (an error, sends the user elsewhere, or claims a "
+                            "success no tool call shows)")
+        if problems:
+            return "; ".join(problems)
+        return "polite, on track, nothing left unresolved"
+
+
+def _succeeded_since_user(messages, turn_index: int, declared: Mapping[str, Any]) -> bool:
+    """Did a state-changing tool call succeed between the user's latest message and this turn?"""
+    for index in range(turn_index - 1, -1, -1):
+        message = messages[index]
+        if message.get("role") == "user":
+            return False
+        if message.get("role") != "assistant":
+            continue
+        for call in tool_calls(message):
+            if tool_kind(call["name"], declared.get(call["name"])) == "write" and \
+                    call_outcome(messages, index, call["id"]) == "ok":
+                return True
+    return False

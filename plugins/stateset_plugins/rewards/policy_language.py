@@ -1,0 +1,280 @@
+"""The NSR policy language: a policy file (YAML or JSON) parsed into rules, and a small safe expression evaluator.
+
+Expressions are Python-looking conditions (`reservation.cabin == 'business' or within_24h`) parsed with `ast` and
+evaluated over a whitelist only: names, attribute and index access into facts, literals, comparisons, `and/or/not`,
+arithmetic and the functions in `FUNCTIONS` plus the reward's context functions. No attribute of a Python object is
+ever reachable, nothing is imported or executed. Missing facts evaluate to UNKNOWN (three-valued logic), so a rule
+can say what an unknown outcome means (`if_unknown`). The full language is in docs/policy-language.md.
+"""
+from __future__ import annotations
+
+import ast
+import operator
+from datetime import datetime
+from typing import Any, Callable, Mapping
+
+from stateset_agents.errors import InputError
+
+
+class _Unknown:
+    """A fact that the conversation has not established (no lookup made, field absent)."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+    def __bool__(self) -> bool:  # guard: an UNKNOWN must never silently act as False
+        raise TypeError("UNKNOWN has no truth value")
+
+
+UNKNOWN = _Unknown()
+
+DECISION_KINDS = ("write", "handoff", "refusal", "tool_call", "turn")
+
+
+def _known(*values: Any) -> bool:
+    return all(v is not UNKNOWN and v is not None for v in values)
+
+
+def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a function so any unknown argument makes the result unknown."""
+    def wrapped(*args: Any) -> Any:
+        return fn(*args) if _known(*args) else UNKNOWN
+    return wrapped
+
+
+def _pluck(items: Any, *keys: str) -> list[Any]:
+    """Field(s) of each mapping in a list: pluck(flights, 'flight_number', 'date') -> [[number, date], ...]."""
+    if not isinstance(items, list):
+        return []
+    out = []
+    for item in items:
+        if isinstance(item, Mapping):
+            out.append(item.get(keys[0]) if len(keys) == 1 else [item.get(k) for k in keys])
+    return out
+
+
+def _count_prefix(values: Any, prefix: str) -> int:
+    return sum(1 for v in values or () if isinstance(v, str) and v.startswith(prefix))
+
+
+def _hours_between(start: str, end: str) -> float:
+    return (datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start))).total_seconds() / 3600
+
+
+def _as_set(values: Any) -> frozenset:
+    return frozenset(tuple(v) if isinstance(v, list) else v for v in values or ())
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "known": lambda *values: _known(*values),
+    "len": _strict(lambda v: len(v)),
+    "sum": _strict(lambda v: sum(x for x in v if isinstance(x, (int, float)))),
+    "min": _strict(lambda *v: min(v[0]) if len(v) == 1 else min(v)),
+    "max": _strict(lambda *v: max(v[0]) if len(v) == 1 else max(v)),
+    "keys": _strict(lambda m: list(m) if isinstance(m, Mapping) else []),
+    "pluck": _strict(_pluck),
+    "set": _strict(_as_set),
+    "all_in": _strict(lambda items, pool: all(i in pool for i in items)),
+    "count_prefix": _strict(_count_prefix),
+    "hours_between": _strict(_hours_between),
+    "lower": _strict(lambda s: str(s).lower()),
+}
+
+_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+_ARITHMETIC: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+}
+
+
+def compile_expression(source: str, where: str) -> ast.Expression:
+    """Parse once at policy load; refuse anything outside the whitelist with the rule that holds it."""
+    try:
+        tree = ast.parse(str(source).strip(), mode="eval")
+    except SyntaxError as exc:
+        raise InputError(f"policy expression in {where} does not parse: {exc.msg}: {source!r}", field=where)
+    allowed = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare,
+               ast.BinOp, ast.Name, ast.Load, ast.Attribute, ast.Subscript, ast.Constant, ast.List, ast.Tuple,
+               ast.Call, ast.keyword, ast.IfExp, *_COMPARE, *_ARITHMETIC)
+    for node in ast.walk(tree):
+        if not isinstance(node, allowed):
+            raise InputError(f"policy expression in {where} uses {type(node).__name__}, which the policy "
+                             f"language does not allow: {source!r}", field=where)
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            raise InputError(f"policy expression in {where} reads a private name: {source!r}", field=where)
+        if isinstance(node, ast.Call) and not isinstance(node.func, ast.Name):
+            raise InputError(f"policy expression in {where} calls something that is not a function name",
+                             field=where)
+    return tree
+
+
+class Evaluator:
+    """Evaluates compiled expressions over `names` (facts, lazily resolved) and `functions`."""
+
+    def __init__(self, resolve_name: Callable[[str], Any], functions: Mapping[str, Callable[..., Any]]):
+        self._resolve_name = resolve_name
+        self._functions = {**FUNCTIONS, **functions}
+
+    def evaluate(self, tree: ast.Expression) -> Any:
+        return self._eval(tree.body)
+
+    def _eval(self, node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id in ("true", "false", "null"):
+                return {"true": True, "false": False, "null": None}[node.id]
+            return self._resolve_name(node.id)
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [self._eval(e) for e in node.elts]
+        if isinstance(node, ast.Attribute):
+            return _field(self._eval(node.value), node.attr)
+        if isinstance(node, ast.Subscript):
+            return _field(self._eval(node.value), self._eval(node.slice))
+        if isinstance(node, ast.BoolOp):
+            return self._bool_op(node)
+        if isinstance(node, ast.UnaryOp):
+            value = self._eval(node.operand)
+            if value is UNKNOWN:
+                return UNKNOWN
+            return (not value) if isinstance(node.op, ast.Not) else -value
+        if isinstance(node, ast.Compare):
+            return self._compare(node)
+        if isinstance(node, ast.BinOp):
+            left, right = self._eval(node.left), self._eval(node.right)
+            if not _known(left, right):
+                return UNKNOWN
+            try:
+                return _ARITHMETIC[type(node.op)](left, right)
+            except (TypeError, ZeroDivisionError):
+                return UNKNOWN
+        if isinstance(node, ast.IfExp):
+            test = self._eval(node.test)
+            if test is UNKNOWN:
+                return UNKNOWN
+            return self._eval(node.body if test else node.orelse)
+        if isinstance(node, ast.Call):
+            function = self._functions.get(node.func.id)
+            if function is None:
+                raise InputError(f"policy expression calls unknown function {node.func.id!r}", field="policy")
+            args = [self._eval(a) for a in node.args]
+            kwargs = {k.arg: self._eval(k.value) for k in node.keywords}
+            try:
+                return function(*args, **kwargs)
+            except (TypeError, ValueError, KeyError):
+                return UNKNOWN
+        raise InputError(f"unsupported policy expression node {type(node).__name__}", field="policy")
+
+    def _bool_op(self, node: ast.BoolOp) -> Any:
+        """Kleene logic: `true or unknown` is true, `false and unknown` is false, otherwise unknown stays."""
+        decisive = isinstance(node.op, ast.Or)  # the value that settles the whole expression
+        saw_unknown = False
+        for operand in node.values:
+            value = self._eval(operand)
+            if value is UNKNOWN:
+                saw_unknown = True
+            elif bool(value) == decisive:
+                return decisive
+        return UNKNOWN if saw_unknown else (not decisive)
+
+    def _compare(self, node: ast.Compare) -> Any:
+        left = self._eval(node.left)
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self._eval(right_node)
+            if left is UNKNOWN or right is UNKNOWN:
+                return UNKNOWN
+            try:
+                if not _COMPARE[type(op)](left, right):
+                    return False
+            except TypeError:  # e.g. a number compared with text: the facts do not settle it
+                return UNKNOWN
+            left = right
+        return True
+
+
+def _field(container: Any, key: Any) -> Any:
+    if container is UNKNOWN or container is None or key is UNKNOWN:
+        return UNKNOWN
+    if isinstance(container, Mapping):
+        return container.get(key, UNKNOWN)
+    if isinstance(container, list) and isinstance(key, int) and -len(container) <= key < len(container):
+        return container[key]
+    return UNKNOWN
+
+
+# ------------------------------------------------------------------------------------------------- policy file
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def load_policy(policy: Any) -> dict[str, Any]:
+    """Check the parsed policy mapping and compile every expression, failing early with the offending rule."""
+    if not isinstance(policy, Mapping):
+        raise InputError("the nsr reward needs a policy: pass config {'policy': <parsed YAML/JSON mapping>} "
+                         "(e.g. --policy plugins/stateset_plugins/rewards/policies/airline.yaml)", field="policy")
+    rules = policy.get("rules")
+    if not isinstance(rules, list) or not rules:
+        raise InputError("the policy has no rules: add a non-empty `rules:` list", field="policy.rules")
+    tools = policy.get("tools") or {}
+    compiled: dict[str, Any] = {
+        "name": str(policy.get("name", "policy")),
+        "constants": dict(policy.get("constants") or {}),
+        "writes": set(_as_list(tools.get("writes"))),
+        "handoffs": set(_as_list(tools.get("handoffs"))),
+        "words": {k: tuple(_as_list(v)) for k, v in (policy.get("words") or {}).items()},
+        "facts": {},
+        "rules": [],
+    }
+    for fact_name, source in (policy.get("facts") or {}).items():
+        compiled["facts"][fact_name] = compile_expression(source, f"facts.{fact_name}")
+    seen = set()
+    for position, rule in enumerate(rules):
+        where = f"rules[{position}]"
+        if not isinstance(rule, Mapping) or not rule.get("id") or rule.get("require") in (None, ""):
+            raise InputError(f"{where} needs at least `id` and `require`", field=where)
+        if rule["id"] in seen:
+            raise InputError(f"rule id {rule['id']!r} appears twice", field=where)
+        seen.add(rule["id"])
+        if_unknown = rule.get("if_unknown", "skip")
+        if True in rule:  # YAML 1.1 reads a bare `on:` key as the boolean true
+            raise InputError(f"{where} has an `on:` key, which YAML reads as true: write `decision:`", field=where)
+        if if_unknown not in ("skip", "kept", "broken"):
+            raise InputError(f"{where}.if_unknown must be skip, kept or broken", field=where)
+        compiled["rules"].append({
+            "id": str(rule["id"]),
+            "says": str(rule.get("says", "")),
+            "decision": _parse_trigger(rule.get("decision", "turn"), where),
+            "when": compile_expression(rule["when"], f"{where}.when") if rule.get("when") else None,
+            "require": compile_expression(rule["require"], f"{where}.require"),
+            "if_unknown": if_unknown,
+            "weight": float(rule.get("weight", 1.0)),
+        })
+    return compiled
+
+
+def _parse_trigger(on: Any, where: str) -> dict[str, Any]:
+    """`decision:` is a decision kind ("write", "refusal", ...), `{call: [tool, ...]}` or `{refusal: {mentions: [...]}}`."""
+    if isinstance(on, str):
+        if on not in DECISION_KINDS:
+            raise InputError(f"{where}.decision must be one of {', '.join(DECISION_KINDS)} or {{call: [...]}}; got {on!r}",
+                             field=where)
+        return {"kind": on}
+    if isinstance(on, Mapping) and "call" in on:
+        return {"kind": "call", "tools": set(_as_list(on["call"]))}
+    if isinstance(on, Mapping) and "refusal" in on:
+        return {"kind": "refusal", "mentions": tuple(_as_list((on["refusal"] or {}).get("mentions")))}
+    raise InputError(f"{where}.decision is not one the policy language knows: {on!r}", field=where)

@@ -1,0 +1,71 @@
+from reward_builders import assistant, conversation, tool, user
+from stateset_plugins.rewards.customer_support import CustomerSupportReward
+
+TOOLS = [{"type": "function", "function": {"name": "transfer_to_human_agents", "parameters": {"type": "object"}}},
+         {"type": "function", "function": {"name": "update_order", "parameters": {"type": "object"}}}]
+
+
+def grade(messages, index=None, **config):
+    conv = conversation(messages, TOOLS)
+    return CustomerSupportReward(config or None).grade_turn(conv, len(messages) - 1 if index is None else index)
+
+
+def test_words_match_on_word_boundaries_not_substrings():
+    # "dumbbell" contains "dumb", "humanity" contains "human", "managers" is not "manager": none should count.
+    polite = grade([user("Is the dumbbell order here? Humanity needs it."),
+                    assistant("Please hold on, your dumbbell order has shipped.")])
+    assert polite.breakdown["tone"] == 1.0 and "escalation" not in polite.breakdown
+    rude = grade([user("where is it"), assistant("That is a dumb question.")])
+    assert rude.breakdown["tone"] == 0.0 and "dumb" in rude.reason
+
+
+def test_escalates_when_the_user_asks_for_a_human():
+    asked = [user("I want to talk to a human agent now.")]
+    good = grade(asked + [assistant(None, [("transfer_to_human_agents", '{"summary": "wants a person"}')])])
+    assert good.applicable and good.breakdown["escalation"] == 1.0
+    ignored = grade(asked + [assistant("Let me try to help you myself first.")])
+    assert ignored.breakdown["escalation"] == 0.0 and "asked for a human" in ignored.reason
+
+
+def test_does_not_escalate_what_it_can_handle():
+    needless = grade([user("Can you change my address?"),
+                      assistant("I will transfer you to a human agent.")])
+    assert needless.breakdown["escalation"] == 0.0
+    justified = grade([user("Can you change the number of passengers?"),
+                       assistant("I cannot change the passenger count, so I will transfer you to a human agent.")])
+    assert justified.breakdown["escalation"] == 1.0
+
+
+def test_resolution_claims_need_a_successful_tool_call():
+    grounded = grade([user("update it"), assistant(None, [("update_order", "{}")]),
+                      tool("call_0_update_order", '{"ok": true}'),
+                      assistant("Your order has been updated successfully.")])
+    assert grounded.breakdown["resolution"] == 1.0
+    hallucinated = grade([user("update it"), assistant("Your order has been updated successfully.")])
+    assert hallucinated.breakdown["resolution"] == 0.0
+    sent_away = grade([user("help"), assistant("Once you have the order number, please contact customer service.")])
+    assert sent_away.breakdown["resolution"] == 0.0
+
+
+def test_unsafe_content_voids_the_reply():
+    unsafe = grade([user("I'm upset"), assistant("Please, just kill yourself.")])
+    assert unsafe.score == 0.0 and unsafe.reason.startswith("unsafe content")
+
+
+def test_lookup_only_turns_are_not_applicable_and_vocabulary_is_configurable():
+    assert not grade([user("hi"), assistant(None, [("update_order", "{}")])]).applicable
+    custom = grade([user("hi"), assistant("Righto, mate.")], rude=["righto"])
+    assert custom.breakdown["tone"] == 0.0
+
+
+def test_real_tau_airline_auc_beats_length_baseline(score_auc):
+    from helpers.realdata import tau_labels, tau_log_records
+    from stateset_agents.stats import roc_auc
+
+    records = tau_log_records(with_expected_calls=False)
+    auc, _ = score_auc(CustomerSupportReward(), records)
+    labels = tau_labels()
+    baseline = roc_auc([len(r["messages"]) for r in records], [labels[r["id"]] for r in records])
+    print(f"\ncustomer_support ROC AUC {auc:.3f}; length-only baseline {baseline:.3f}")
+    assert auc > baseline
+    assert auc >= 0.7
