@@ -66,7 +66,7 @@ def test_env_var_limits_which_plugins_load(monkeypatch):
 
 
 def test_plugins_list_table_shows_every_component():
-    out = cli("plugins", "list")
+    out = cli("plugins", "list", env={"COLUMNS": "160"})
     assert out.returncode == 0, out.stderr
     for name in ("reward:test_length", "trainer:test_countdown", "ingestor:test_lines"):
         assert name in out.stdout

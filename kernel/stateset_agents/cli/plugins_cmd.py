@@ -27,8 +27,10 @@ def plugins_list(
     from rich.table import Table
 
     table = Table(title="StateSet Agents components")
-    for col in ("component", "version", "package", "status"):
-        table.add_column(col)
+    table.add_column("component", no_wrap=True)
+    table.add_column("version", no_wrap=True)
+    table.add_column("package")
+    table.add_column("status", overflow="fold")
     for r in rows:
         status = "[green]available[/]" if r["available"] else f"[yellow]unavailable[/]: {r['install']}"
         table.add_row(r["component"], r["version"], r["package"], status)

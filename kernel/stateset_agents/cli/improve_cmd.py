@@ -1,0 +1,163 @@
+"""`stateset-agents improve run | status | audit`: parse, call `pipeline.improve` / `pipeline.audit`, render."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.table import Table
+
+from ..pipeline.improve import DEFAULT_BASE_MODEL, DEFAULT_BATCH, DEFAULT_HELD_OUT, DEFAULT_THRESHOLD
+from .app import console, err_console, improve_app
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+@improve_app.command("run")
+def run_cmd(
+    transcripts: Path = typer.Option(..., "--transcripts", help="Folder written by `ingest` (its transcripts.jsonl)."),
+    reward: str = typer.Option(..., "--reward", help="Reward component: NAME or reward:NAME."),
+    output: Path = typer.Option(..., "--output", help="Folder for graded.jsonl, curated.jsonl and the summary."),
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Curate applicable turns scoring at least this."),
+    policy: Optional[Path] = typer.Option(None, "--policy",
+                                          help="Policy file (YAML or JSON), given to the reward as config.policy."),
+    runtime: str = typer.Option("inprocess", "--runtime", help="Where the reward runs: inprocess or subprocess."),
+    held_out: float = typer.Option(DEFAULT_HELD_OUT, "--held-out",
+                                   help="Share of conversations held out for evaluation (0: none)."),
+    base_model: str = typer.Option(DEFAULT_BASE_MODEL, "--base-model", help="Base model named in the train command."),
+    batch_size: int = typer.Option(DEFAULT_BATCH, "--batch-size", help="Conversations per grading call."),
+):
+    """Grade every assistant turn with a reward and curate the best into a training set."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from ..pipeline.improve import run_improve
+
+    with Progress(SpinnerColumn(), TextColumn("[bold]grading[/] {task.description}"), TimeElapsedColumn(),
+                  console=err_console, transient=True) as progress:
+        task = progress.add_task("", total=None)
+
+        def on_progress(done: dict[str, int]) -> None:
+            progress.update(task, description=f"{done['conversations']:,} conversations, {done['turns']:,} turns")
+
+        summary = run_improve(transcripts, reward, output, threshold=threshold, policy=policy, runtime=runtime,
+                              held_out_fraction=held_out, base_model=base_model, batch_size=batch_size,
+                              on_progress=on_progress)
+    _render_summary(summary)
+    if summary["counts"]["curated"] == 0:
+        err_console.print("[yellow]warning:[/] no turn reached the threshold; see next_steps.md")
+    console.print(f"\nWrote {summary['output_dir']}. Next, train on it:")
+    typer.echo(summary["train_command"])  # plain echo: never wrapped, so it pastes as printed
+
+
+@improve_app.command("status")
+def status_cmd(
+    directory: Path = typer.Argument(..., help="An `improve run` output folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+):
+    """Show what an `improve run` produced."""
+    from ..pipeline.improve import read_summary
+
+    summary = read_summary(directory)
+    if as_json:
+        import orjson
+
+        typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
+        return
+    _render_summary(summary)
+    typer.echo(summary["train_command"])
+
+
+def _render_summary(s: dict[str, Any]) -> None:
+    c, scores, reward = s["counts"], s["scores"], s["reward"]
+    table = Table(title="improve", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("transcripts", f"{s['input']['transcripts']['path']} (sha256 {s['input']['transcripts']['sha256'][:12]})")
+    table.add_row("reward", f"{reward['component']} {reward['version']} (config {reward['config_sha256'][:12]})")
+    table.add_row("threshold", _fmt(s["threshold"], 2))
+    table.add_row("conversations", f"{c['conversations']:,}")
+    table.add_row("turns graded", f"{c['turns_graded']:,} ({c['applicable']:,} applicable)")
+    table.add_row("curated", f"{c['curated']:,} turns from {c['curated_conversations']:,} conversations")
+    table.add_row("held out", f"{c['held_out_conversations']:,} conversations, {c['held_out_prompts']:,} prompts "
+                              f"({c['held_out_turns_withheld']:,} passing turns withheld)")
+    q = scores["quantiles"]
+    table.add_row("score", f"mean {_fmt(scores['mean'])}; min {_fmt(q['p0'])} p25 {_fmt(q['p25'])} "
+                           f"median {_fmt(q['p50'])} p75 {_fmt(q['p75'])} max {_fmt(q['p100'])}")
+    counts = scores["histogram"]["counts"]
+    widest = max(counts) or 1
+    edges = scores["histogram"]["edges"]
+    for i, n in enumerate(counts):
+        table.add_row("" if i else "histogram", f"{edges[i]:.1f}-{edges[i + 1]:.1f} {'█' * round(24 * n / widest)} {n:,}")
+    for name, check in scores["checks"].items():
+        table.add_row(f"check {name}", f"mean {_fmt(check['mean'])} over {check['n']:,}")
+    for name, info in s["outputs"].items():
+        state = info.get("state")
+        mark = "" if state in (None, "ok") else f" [red]{state}[/]"
+        table.add_row(name, f"{info['rows']:,} rows, {info['bytes']:,} bytes{mark}")
+    console.print(table)
+
+
+@improve_app.command("audit")
+def audit_cmd(
+    graded: Path = typer.Option(..., "--graded", help="graded.jsonl from `improve run`."),
+    labels: Optional[Path] = typer.Option(None, "--labels", help='File of {"id", "label"} lines.'),
+    transcripts: Optional[Path] = typer.Option(None, "--transcripts",
+                                               help="Ingest folder whose metadata holds the label (with --label-key)."),
+    label_key: Optional[str] = typer.Option(None, "--label-key", help="Metadata key holding the label."),
+    rollup: str = typer.Option("mean", "--rollup", help="A conversation's score: mean or min of its applicable turns."),
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="The curation threshold, for the confusion table."),
+    top: int = typer.Option(10, "--top", help="How many disagreements to list."),
+    draws: int = typer.Option(2000, "--draws", help="Bootstrap draws for the AUC interval (0: none)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+):
+    """How well does the reward track a label? ROC AUC, Spearman, confusion table, a length baseline."""
+    from ..pipeline.audit import run_audit
+
+    report = run_audit(graded, labels=labels, transcripts=transcripts, label_key=label_key, rollup=rollup,
+                       threshold=threshold, top=top, draws=draws)
+    if as_json:
+        import orjson
+
+        typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+        return
+    c, auc = report["counts"], report["auc"]
+    table = Table(title=f"audit ({report['rollup']} of applicable turns)", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("matched", f"{c['matched']:,} conversations ({c['positives']:,} positive, {c['negatives']:,} "
+                             f"negative; {report['positive_if']})")
+    table.add_row("left out", f"{c['no_applicable_turn']:,} without an applicable turn, {c['unlabelled']:,} "
+                              f"unlabelled, {c['labels_without_grades']:,} labels without grades")
+    interval = f" [{_fmt(auc['interval'][0])}, {_fmt(auc['interval'][1])}] {auc['level']:.0%}" if auc["interval"] else ""
+    table.add_row("ROC AUC", f"{_fmt(auc['value'])}{interval}")
+    table.add_row("length baseline AUC", f"{_fmt(report['length_baseline']['auc'])} "
+                                         f"({report['length_baseline']['measure']})")
+    table.add_row("Spearman", _fmt(report["spearman"]))
+    console.print(table)
+
+    cm = report["confusion"]
+    confusion = Table(title=f"at threshold {cm['threshold']}", title_justify="left")
+    confusion.add_column("")
+    confusion.add_column("label positive", justify="right")
+    confusion.add_column("label negative", justify="right")
+    confusion.add_row("score >= threshold", str(cm["tp"]), str(cm["fp"]))
+    confusion.add_row("score < threshold", str(cm["fn"]), str(cm["tn"]))
+    console.print(confusion)
+    console.print(f"precision {_fmt(cm['precision'])}, recall {_fmt(cm['recall'])}, accuracy {_fmt(cm['accuracy'])}")
+
+    if report["disagreements"]:
+        worst = Table(title="largest disagreements", title_justify="left")
+        for name in ("conversation", "score", "label", "lowest turn", "reason"):
+            worst.add_column(name)
+        for d in report["disagreements"]:
+            worst.add_row(d["conversation_id"], _fmt(d["score"]), str(d["label"]), _fmt(d["lowest_turn"]),
+                          d["lowest_reason"])
+        console.print(worst)
+    for note in report["notes"]:
+        err_console.print(f"[yellow]note:[/] {note}")

