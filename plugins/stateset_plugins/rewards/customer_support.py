@@ -32,6 +32,15 @@ DEFAULT_PHRASES: dict[str, tuple[str, ...]] = {
                    "when you have", "once you find", "check your email", "contact customer service",
                    "official website", "customer service department", "reach out again", "come back", "mix-up",
                    "confusion", "misunderstanding", "discrepancy"),
+    # The user's explicit go-ahead for a state-changing action ("no"/"wait" before it cancels it).
+    "affirm": ("yes", "yeah", "yep", "confirm", "confirmed", "proceed", "go ahead", "please do", "do it",
+               "sounds good", "that's correct", "that is correct", "looks good", "looks correct"),
+    "negate": ("no", "not yet", "don't", "do not", "wait", "hold on"),
+    # The user says the agent got something wrong: a sign an earlier reply or action missed.
+    "correction": ("misunderstanding", "mix-up", "mixup", "confusion", "confused", "that's not what", "that is not what",
+                   "not what i asked", "not what i wanted", "i didn't ask", "i did not ask", "you misunderstood",
+                   "that's wrong", "that is wrong", "that's incorrect", "that is incorrect", "going in circles",
+                   "still not", "i already told you", "as i said", "i said"),
     "polite": ("please", "thank you", "thanks", "happy to help", "glad to", "i understand", "sorry", "apologize",
                "you're welcome", "certainly", "of course"),
     "rude": ("stupid", "idiot", "dumb", "shut up", "your fault", "calm down", "obviously", "as i already said",
@@ -63,11 +72,18 @@ class CustomerSupportReward(Reward):
         text = message_text(turn)
         declared = declared_tools(conversation)
         handoff_call = any(tool_kind(c["name"], declared.get(c["name"])) == "handoff" for c in tool_calls(turn))
+        writes = [c for c in tool_calls(turn) if tool_kind(c["name"], declared.get(c["name"])) == "write"]
+        user = last_message(messages, "user", turn_index)
+        user_text = message_text(user[1]) if user else ""
+        if writes and not text.strip():
+            # A state-changing action needs the user's explicit go-ahead in their latest message.
+            consent = 1.0 if self._user_affirmed(user_text) else 0.0
+            return TurnGrade(score=consent, breakdown={"consent": consent},
+                             reason="acted on the user's explicit go-ahead" if consent else
+                             "changed something without the user's explicit go-ahead")
         if not text.strip() and not handoff_call:
             return TurnGrade.not_applicable("no reply to the user and no hand-off in this turn")
 
-        user = last_message(messages, "user", turn_index)
-        user_text = message_text(user[1]) if user else ""
         checks: dict[str, float] = {}
 
         unsafe = find_phrases(text, self.phrases["unsafe"])
@@ -94,9 +110,20 @@ class CustomerSupportReward(Reward):
             else:
                 checks["resolution"] = 1.0  # no outcome claimed yet, nothing left hanging
 
-        quality = [checks[k] for k in ("tone", "escalation", "resolution") if k in checks]
+        if self._says(user_text, "correction"):
+            checks["on_track"] = 0.0  # the user had to correct the agent: the conversation went off track
+
+        quality = [checks[k] for k in ("tone", "escalation", "resolution", "on_track") if k in checks]
         score = checks["safety"] * (sum(quality) / len(quality))  # unsafe content voids the reply
         return TurnGrade(score=score, breakdown=checks, reason=self._reason(checks, unsafe, rude, asked_for_human))
+
+    def _user_affirmed(self, user_text: str) -> bool:
+        yes = find_phrases(user_text, self.phrases["affirm"])
+        if not yes:
+            return False
+        no = find_phrases(user_text, self.phrases["negate"])
+        lowered = user_text.lower()
+        return not no or lowered.find(no[0]) > lowered.find(yes[0])
 
     @staticmethod
     def _reason(checks: Mapping[str, float], unsafe: list[str], rude: list[str], asked_for_human: bool) -> str:

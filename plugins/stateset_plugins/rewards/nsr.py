@@ -44,6 +44,8 @@ class NSRReward(Reward):
                 if not _triggers(rule["decision"], decision, self.policy):
                     continue
                 verdict = context.judge(rule, decision)
+                if verdict == "kept" and rule["counts"] == "when_broken":
+                    verdict = None  # keeping a standing prohibition is no evidence of a good decision
                 if verdict is not None:
                     verdicts.append({"rule": rule["id"], "decision": decision["label"], "verdict": verdict,
                                      "weight": rule["weight"], "says": rule["says"]})
@@ -52,7 +54,11 @@ class NSRReward(Reward):
         total = sum(v["weight"] for v in verdicts)
         kept = sum(v["weight"] for v in verdicts if v["verdict"] == "kept")
         breakdown = {f"{v['rule']}@{v['decision']}": v["verdict"] for v in verdicts}
-        return TurnGrade(score=kept / total if total else 1.0, breakdown=breakdown, reason=_reason(verdicts))
+        if self.policy["scoring"] == "all_kept":  # a decision complies or it does not
+            score = 0.0 if any(v["verdict"] == "broken" for v in verdicts) else 1.0
+        else:
+            score = kept / total if total else 1.0
+        return TurnGrade(score=score, breakdown=breakdown, reason=_reason(verdicts))
 
 
 def _reason(verdicts: Sequence[Mapping[str, Any]]) -> str:
@@ -145,6 +151,7 @@ class _Context:
         return {
             "result": self._result,
             "called": lambda tool: self._result(tool) is not UNKNOWN,
+            "args_of": lambda tool, **match: self._result(tool, _want="arguments", **match),
             "user_said": lambda *p: any(has_phrase(t, _expand(p, words)) for t in self._texts("user")),
             "user_said_last": lambda *p: has_phrase(self._last_text("user"), _expand(p, words)),
             "agent_said": lambda *p: any(has_phrase(t, _expand(p, words)) for t in self._texts("assistant")),
@@ -168,9 +175,10 @@ class _Context:
             return False
         return not no or last.lower().find(no[0]) > last.lower().find(yes[0])
 
-    def _result(self, tool: str | Sequence[str], **match: Any) -> Any:
+    def _result(self, tool: str | Sequence[str], _want: str = "result", **match: Any) -> Any:
         """The latest successful result of `tool` (or of any tool in a list) in the prefix whose call arguments
-        equal `match`, as data. A list lets a write's result (the updated record) count as the latest state."""
+        equal `match`, as data. A list lets a write's result (the updated record) count as the latest state.
+        `_want="arguments"`: that call's own arguments instead (what a write set, when its result does not echo it)."""
         tools = {tool} if isinstance(tool, str) else set(tool)
         for index in range(len(self.prefix) - 1, -1, -1):
             message = self.prefix[index]
@@ -185,7 +193,7 @@ class _Context:
                 answer = tool_result(self.prefix, call["id"], index + 1)
                 if answer is None or is_error_result(message_text(answer)):
                     continue  # a failed call established nothing
-                return parse_json_maybe(message_text(answer))
+                return arguments if _want == "arguments" else parse_json_maybe(message_text(answer))
         return UNKNOWN
 
 

@@ -230,8 +230,12 @@ def load_policy(policy: Any) -> dict[str, Any]:
     if not isinstance(rules, list) or not rules:
         raise InputError("the policy has no rules: add a non-empty `rules:` list", field="policy.rules")
     tools = policy.get("tools") or {}
+    scoring = policy.get("scoring", "kept_share")
+    if scoring not in ("kept_share", "all_kept"):
+        raise InputError("policy `scoring` must be kept_share or all_kept", field="policy.scoring")
     compiled: dict[str, Any] = {
         "name": str(policy.get("name", "policy")),
+        "scoring": scoring,
         "constants": dict(policy.get("constants") or {}),
         "writes": set(_as_list(tools.get("writes"))),
         "handoffs": set(_as_list(tools.get("handoffs"))),
@@ -254,6 +258,9 @@ def load_policy(policy: Any) -> dict[str, Any]:
             raise InputError(f"{where} has an `on:` key, which YAML reads as true: write `decision:`", field=where)
         if if_unknown not in ("skip", "kept", "broken"):
             raise InputError(f"{where}.if_unknown must be skip, kept or broken", field=where)
+        counts = rule.get("counts", "always")
+        if counts not in ("always", "when_broken"):
+            raise InputError(f"{where}.counts must be always or when_broken", field=where)
         compiled["rules"].append({
             "id": str(rule["id"]),
             "says": str(rule.get("says", "")),
@@ -261,6 +268,7 @@ def load_policy(policy: Any) -> dict[str, Any]:
             "when": compile_expression(rule["when"], f"{where}.when") if rule.get("when") else None,
             "require": compile_expression(rule["require"], f"{where}.require"),
             "if_unknown": if_unknown,
+            "counts": counts,
             "weight": float(rule.get("weight", 1.0)),
         })
     return compiled
