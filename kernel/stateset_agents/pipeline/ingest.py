@@ -1,0 +1,207 @@
+"""`ingest`: conversation logs -> `DIR/transcripts.jsonl`, `DIR/rejects.jsonl`, `DIR/ingest_summary.json`.
+
+The ingestor plugin parses its log format; this step does everything format-independent: finding the input files
+(a file, or a directory's `.jsonl` / `.jsonl.gz` files in name order), their sha256, dropping exact duplicates,
+making ids unique, redaction, writing, and the summary.
+
+Streaming: conversations are written as they come, to temp files renamed into place at the end (a killed run
+leaves the old outputs or the new ones). What grows with the input is only the set of conversation digests and
+ids seen, for duplicate removal (tens of bytes a conversation); the plugin's own state is bounded (see
+`stateset_plugins.ingestors.stitching`).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable, Mapping
+
+from ..components import Reject, Source
+from ..errors import InputError, PluginError
+from ..jsonio import atomic_write, digest, dumps_line, sha256_file, write_json
+from ..runtimes import load_component
+from .redact import redact_conversation
+
+TRANSCRIPTS = "transcripts.jsonl"
+REJECTS = "rejects.jsonl"
+SUMMARY = "ingest_summary.json"
+INPUT_SUFFIXES = (".jsonl", ".jsonl.gz")
+REDACTION_LABELS = ("EMAIL", "PHONE", "CARD", "IBAN", "IP", "SSN")
+
+#: Receives `{"path", "file_index", "files", "line", "read", "written", "duplicates", "rejected"}` now and then.
+ProgressFn = Callable[[dict[str, Any]], None]
+_PROGRESS_EVERY_S = 0.1
+
+
+def input_files(inputs: str | os.PathLike) -> list[str]:
+    """The files to read, as paths built from what the user gave (a relative path stays relative)."""
+    given = os.fspath(inputs)
+    if os.path.isdir(given):
+        names = sorted(n for n in os.listdir(given)
+                       if n.endswith(INPUT_SUFFIXES) and os.path.isfile(os.path.join(given, n)))
+        if not names:
+            raise InputError("no .jsonl or .jsonl.gz files in this directory", path=given)
+        return [os.path.join(given, n) for n in names]
+    if os.path.isfile(given):
+        return [given]
+    raise InputError("no such file or directory", path=given)
+
+
+class _Output:
+    """A JSONL output being written: counts its rows and hashes its bytes for the summary."""
+
+    def __init__(self, file: IO[bytes], name: str):
+        self.file, self.name, self.rows, self._sha = file, name, 0, hashlib.sha256()
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        data = dumps_line(row)
+        self.file.write(data)
+        self._sha.update(data)
+        self.rows += 1
+
+    def describe(self) -> dict[str, Any]:
+        return {"file": self.name, "rows": self.rows, "sha256": self._sha.hexdigest()}
+
+
+@dataclass
+class _Tally:
+    read: int = 0
+    conversations: int = 0
+    written: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class _Ingest:
+    """The state of one run across its input files."""
+
+    transcripts: _Output
+    rejects: _Output
+    redact: bool
+    totals: _Tally = field(default_factory=_Tally)
+    reasons: Counter[str] = field(default_factory=Counter)
+    redactions: Counter[str] = field(default_factory=Counter)
+    call_logs: Counter[str] = field(default_factory=Counter)
+    seen_content: set[bytes] = field(default_factory=set)
+    seen_ids: set[str] = field(default_factory=set)
+
+    def rejected_line(self, reject: Reject, tally: _Tally) -> None:
+        for t in (tally, self.totals):
+            t.read += 1
+        self._reject(reject, tally)
+
+    def _reject(self, reject: Reject, tally: _Tally) -> None:
+        self.rejects.write(reject.as_dict())
+        self.reasons[reject.reason] += 1
+        for t in (tally, self.totals):
+            t.rejected += 1
+
+    def conversation(self, conv: Mapping[str, Any], source: Source, tally: _Tally, who: str) -> None:
+        messages = conv.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise PluginError(who, "ingest", f"yielded a conversation without messages from {source.path}")
+        logged = conv.get("source") if isinstance(conv.get("source"), Mapping) else {}
+        line = int(logged.get("line") or 0)
+        # Path and sha256 are the kernel's to say; the line (and any extra, like a stitched call's lines) the plugin's.
+        where = {"path": source.path, "sha256": source.sha256, "line": line,
+                 **{k: v for k, v in logged.items() if k not in ("path", "sha256", "line")}}
+        lines_read = len(where["lines"]) if isinstance(where.get("lines"), list) else 1
+        if "lines" in where:
+            self.call_logs.update(calls=lines_read, conversations=1, unstitched=int(bool(where.get("unstitched"))))
+        for t in (tally, self.totals):
+            t.read += lines_read
+            t.conversations += 1
+        tools, metadata = conv.get("tools") or [], conv.get("metadata") or {}
+        content = digest({"messages": messages, "tools": tools, "metadata": metadata})
+        fingerprint = bytes.fromhex(content[:32])
+        if fingerprint in self.seen_content:
+            tally.duplicates += 1
+            self.totals.duplicates += 1
+            return
+        self.seen_content.add(fingerprint)
+        conv_id = str(conv.get("id") or "") or f"conv-{content[:16]}"
+        if conv_id in self.seen_ids:
+            self._reject(Reject(path=source.path, line=line, reason="duplicate_id", field="id",
+                                detail=f"id {conv_id!r} was already used by a different conversation earlier in "
+                                       "the input; ids must be unique"), tally)
+            return
+        self.seen_ids.add(conv_id)
+        row = {"id": conv_id, "source": where, "messages": messages, "tools": tools, "metadata": metadata}
+        row.update((k, v) for k, v in conv.items() if k not in row)
+        if self.redact:
+            self.redactions.update(redact_conversation(row))
+        self.transcripts.write(row)
+        tally.written += 1
+        self.totals.written += 1
+
+
+def run_ingest(format: str, inputs: str | os.PathLike, output: str | os.PathLike, *, redact: bool = False,
+               runtime: str = "inprocess", progress: ProgressFn | None = None,
+               config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Ingest `inputs` (a file, or a directory of .jsonl/.jsonl.gz files) with `ingestor:{format}` into the
+    directory `output`. Returns the summary, also written to `output/ingest_summary.json`. Raises InputError when
+    the inputs cannot be found; bad lines never raise, they are rejected."""
+    files = input_files(inputs)
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise InputError("the output must be a directory", path=os.fspath(output))
+    if os.path.isdir(inputs) and out.exists() and out.resolve() == Path(inputs).resolve():
+        raise InputError("the output directory must not be the input directory: its outputs would be read as "
+                         "input on the next run", path=os.fspath(output))
+    sources = [Source(path=f, sha256=sha256_file(f), local_path=os.path.abspath(f)) for f in files]
+    per_file: list[dict[str, Any]] = []
+    with load_component(format, kind="ingestor", config=config, runtime=runtime) as ingestor, \
+            atomic_write(out / TRANSCRIPTS) as transcripts_file, atomic_write(out / REJECTS) as rejects_file:
+        run = _Ingest(_Output(transcripts_file, TRANSCRIPTS), _Output(rejects_file, REJECTS), redact)
+        who = getattr(ingestor, "full_name", f"ingestor:{format}")
+        for index, source in enumerate(sources, start=1):
+            tally = _Tally()
+            report = _progress_reporter(progress, source.path, index, len(sources), tally)
+            report(0, force=True)
+            for item in ingestor.ingest(source):
+                if isinstance(item, Reject):
+                    run.rejected_line(item, tally)
+                    report(item.line)
+                elif isinstance(item, Mapping):
+                    run.conversation(item, source, tally, who)
+                    report(int((item.get("source") or {}).get("line") or 0))
+                else:
+                    raise PluginError(who, "ingest", f"yielded a {type(item).__name__}, not a conversation or Reject")
+            report(None, force=True)
+            per_file.append({"path": source.path, "sha256": source.sha256, **tally.as_dict()})
+        component = {"name": who, "version": getattr(ingestor, "version", None), "config": dict(config or {})}
+    summary = {
+        "format": format,
+        "ingestor": component,
+        "redact": redact,
+        "inputs": per_file,
+        **run.totals.as_dict(),
+        "rejected_by_reason": dict(sorted(run.reasons.items())),
+        "call_logs": {k: run.call_logs[k] for k in ("calls", "conversations", "unstitched")},
+        "redactions": {label: run.redactions[label] for label in REDACTION_LABELS} if redact else None,
+        "outputs": {"transcripts": run.transcripts.describe(), "rejects": run.rejects.describe()},
+    }
+    write_json(out / SUMMARY, summary)
+    return summary
+
+
+def _progress_reporter(progress: ProgressFn | None, path: str, index: int, files: int,
+                       tally: _Tally) -> Callable[..., None]:
+    """Calls `progress` at most every 0.1 s (and when forced), so a fast ingest is not slowed by its display."""
+    last = [0.0]
+
+    def report(line: int | None, force: bool = False) -> None:
+        now = time.monotonic()
+        if progress is None or (not force and now - last[0] < _PROGRESS_EVERY_S):
+            return
+        last[0] = now
+        progress({"path": path, "file_index": index, "files": files, "line": line, **tally.as_dict()})
+
+    return report
