@@ -1,0 +1,179 @@
+"""The Python face: one trainer class per objective, all on the shared engine.
+
+    from stateset_agents import GRPOTrainer
+    trainer = GRPOTrainer(model, tokenizer, reward=my_reward, dataset="improved/curated.jsonl",
+                          config={"steps": 20}, output_dir="runs/grpo", eval_prompts="held_out.txt")
+    summary = trainer.train()          # raises TrainingFailed if the run did not commit every update
+
+`events()` yields the same event stream the `trainer:*` components send (progress, metrics, checkpoint, log,
+then completed or failed).
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any, ClassVar, Iterator, Mapping
+
+from stateset_agents.errors import InputError, StatesetError
+from stateset_agents.jsonio import load_json, write_json
+
+from .backend import LocalTorchBackend
+from .data import ChatRenderer, Dataset, load_dataset
+from .engine import Engine
+from .evaluation import evaluate, load_eval_prompts
+from .manifest import write_manifest
+from .objectives import get_objective
+from .rundir import RunDir, seed_everything
+
+
+class TrainingFailed(StatesetError):
+    def __init__(self, event: Mapping[str, Any]):
+        self.event = dict(event)
+        super().__init__(f"training failed ({event.get('reason')}): {event.get('message')}")
+
+
+def make_config(algorithm: str, config: Any):
+    cls = get_objective(algorithm).Config
+    if config is None:
+        return cls()
+    if isinstance(config, Mapping):
+        return cls.from_dict(config)
+    if type(config) is not cls:
+        raise InputError(f"{algorithm} takes a {cls.__module__}.Config, got {type(config).__name__}")
+    return config
+
+
+def _differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    keys = sorted(set(saved) | set(current))
+    return [f"{k}: checkpoint {saved.get(k)!r}, now {current.get(k)!r}" for k in keys if saved.get(k) != current.get(k)]
+
+
+class BaseTrainer:
+    algorithm: ClassVar[str] = ""
+
+    def __init__(self, model, tokenizer, reward=None, dataset=None, config=None, *, output_dir=None,
+                 eval_prompts=None, resume: bool = False, overwrite: bool = False, base_model_info=None,
+                 backend=None, handle_signals: bool = False, stop: threading.Event | None = None):
+        self.objective = get_objective(self.algorithm)
+        self.config = make_config(self.algorithm, config)
+        if dataset is None:
+            raise InputError("a dataset is required")
+        self.dataset = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
+        self.reward = reward
+        self.base_model_info = base_model_info or {"source": "in-memory",
+                                                   "name": getattr(getattr(model, "config", None), "_name_or_path",
+                                                                   None)}
+        self.cases = (load_eval_prompts(eval_prompts) if isinstance(eval_prompts, (str, bytes)) or
+                      hasattr(eval_prompts, "__fspath__") else list(eval_prompts or []))
+        self.run_dir = RunDir(output_dir) if output_dir else None
+        if resume and self.run_dir is None:
+            raise InputError("resume needs an output directory")
+        if self.run_dir:
+            self.run_dir.prepare(resume=resume, overwrite=overwrite)
+        self.run_id = uuid.uuid4().hex
+        self.started_at = time.time()
+        seed_everything(self.config.seed)  # before the LoRA weights are initialised
+        self.backend = backend or LocalTorchBackend(model, tokenizer, self.config)
+        self.renderer = ChatRenderer(tokenizer, self.config.max_prompt_tokens)
+        self.engine = Engine(self.backend, self.renderer, self.objective, self.config, self.dataset, reward,
+                             self.run_dir, handle_signals=handle_signals, stop=stop)
+        if resume:
+            self._resume()
+
+    @property
+    def model(self):
+        return self.backend.model
+
+    def _identity(self) -> dict[str, Any]:
+        return {"algorithm": self.algorithm, "config": self.config.to_dict(),
+                "dataset_sha256": self.dataset.sha256, "dataset_rows": len(self.dataset.rows),
+                "base_model": self.base_model_info}
+
+    def _resume(self) -> None:
+        path = self.run_dir.latest_checkpoint()
+        state = load_json(path / "state.json")
+        saved = {k: state.get(k) for k in ("algorithm", "config", "dataset_sha256", "dataset_rows", "base_model")}
+        current = self._identity()
+        if saved != current:
+            lines = _differences(saved["config"] or {}, current["config"])
+            lines += [d for d in _differences({k: v for k, v in saved.items() if k != "config"},
+                                              {k: v for k, v in current.items() if k != "config"})]
+            raise InputError(f"cannot resume from {path}: the run differs from the checkpoint's ("
+                             + "; ".join(lines) + "). Use the checkpoint's settings, or --overwrite to start over",
+                             path=str(self.run_dir.path))
+        RunDir.load_checkpoint(path, self.backend)
+        self.engine.restore(state)
+        self.run_id = state.get("run_id", self.run_id)
+        self.started_at = state.get("started_at", self.started_at)
+        self.run_dir.truncate_metrics(self.engine.step)
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        cfg, engine = self.config, self.engine
+        yield {"type": "log", "message": f"{self.algorithm}: {cfg.steps} updates from step {engine.step}, "
+                                         f"{len(self.dataset.rows)} rows"}
+        extra = {**self._identity(), "run_id": self.run_id, "started_at": self.started_at}
+        yield from engine.run(extra)
+        if engine.failure:
+            self._write_manifest("failed", None, engine.failure)
+            yield {"type": "failed", **engine.failure}
+            return
+        eval_results = None
+        if self.run_dir:
+            self.run_dir.write_adapter(self.backend)
+        if self.cases and self.reward is not None:
+            yield {"type": "log", "message": f"evaluating {len(self.cases)} held-out prompts (base vs adapter)"}
+            eval_results = evaluate(self.backend, self.renderer, self.reward, self.cases, cfg)
+            if self.run_dir:
+                write_json(self.run_dir.path / "eval_results.json", eval_results)
+        summary = eval_results and {"totals": eval_results["totals"], "reward": eval_results["reward"]}
+        self._write_manifest("completed", summary, None)
+        yield {"type": "completed", "step": engine.step, "run_id": self.run_id,
+               "output": str(self.run_dir.path) if self.run_dir else None, "eval": summary}
+
+    def _write_manifest(self, status: str, eval_summary, failure) -> None:
+        if not self.run_dir:
+            return
+        identity = self.reward.identity() if self.reward is not None else None
+        write_manifest(self.run_dir.path, run_id=self.run_id, status=status, algorithm=self.algorithm,
+                       config=self.config, base_model=self.base_model_info, dataset=self.dataset,
+                       committed=self.engine.step, reward=identity, eval_summary=eval_summary, failure=failure,
+                       started_at=self.started_at)
+
+    def train(self) -> dict[str, Any]:
+        last: dict[str, Any] = {}
+        for event in self.events():
+            last = event
+        if last.get("type") != "completed":
+            raise TrainingFailed(last or {"reason": "no_events", "message": "the run produced no events"})
+        return last
+
+
+class SFTTrainer(BaseTrainer):
+    algorithm = "sft"
+
+
+class GRPOTrainer(BaseTrainer):
+    algorithm = "grpo"
+
+
+class GSPOTrainer(BaseTrainer):
+    algorithm = "gspo"
+
+
+class DAPOTrainer(BaseTrainer):
+    algorithm = "dapo"
+
+
+class MultiTurnGRPOTrainer(BaseTrainer):
+    algorithm = "multi_turn_grpo"
+
+
+TRAINERS = {cls.algorithm: cls for cls in (SFTTrainer, GRPOTrainer, GSPOTrainer, DAPOTrainer, MultiTurnGRPOTrainer)}
+
+
+def train_with_gspo(model, tokenizer, dataset, reward, config=None, **kwargs) -> GSPOTrainer:
+    """Train with GSPO and return the trainer (its `.model` holds the adapter)."""
+    trainer = GSPOTrainer(model, tokenizer, reward=reward, dataset=dataset, config=config, **kwargs)
+    trainer.train()
+    return trainer

@@ -1,0 +1,211 @@
+"""The one seam for model operations: generate, token log-probs, forward-backward, optimizer step, save/load.
+
+The engine talks only to `Backend`. `LocalTorchBackend` runs a transformers causal LM with a PEFT LoRA adapter in
+this process; a hosted backend (River, ...) implements the same methods remotely.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol
+
+import torch
+
+from .batch import Batch
+
+
+@dataclass
+class Generation:
+    """One sampled completion: its token ids (through the first end-of-sequence token, which is kept) and the
+    behaviour log-prob of each, taken from the scores `generate` sampled from (after temperature)."""
+
+    ids: list[int]
+    logps: list[float]
+    truncated: bool  # ran into max_new_tokens without an end-of-sequence token
+
+
+LossFn = Callable[[torch.Tensor, Batch], "tuple[torch.Tensor, dict[str, float]]"]
+
+
+class Backend(Protocol):
+    vocab_size: int
+    eos_ids: set[int]
+    pad_id: int
+
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
+                 adapter: bool = True) -> list[Generation]: ...
+
+    def logprobs(self, batch: Batch, *, temperature: float, reference: bool = False) -> torch.Tensor: ...
+
+    def forward_backward(self, batch: Batch, loss_fn: LossFn, *, temperature: float) -> dict[str, float]: ...
+
+    def optimizer_step(self) -> dict[str, float]: ...
+
+    def save_adapter(self, directory: Path) -> None: ...
+
+    def load_adapter(self, directory: Path) -> None: ...
+
+    def training_state(self) -> dict[str, Any]: ...
+
+    def load_training_state(self, state: dict[str, Any]) -> None: ...
+
+
+def completion_logprobs(model, batch: Batch, temperature: float) -> torch.Tensor:
+    """log pi(token) at the completion positions only: [N, C].
+
+    Only the last C + 1 positions' logits are computed (``logits_to_keep``), and the per-token value is
+    gather(logits) - logsumexp(logits), so no full-vocabulary log-softmax tensor outlives this call.
+    """
+    width = batch.completion_width
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                logits_to_keep=width + 1, use_cache=False)
+    logits = out.logits[:, :-1, :].float()
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    targets = batch.completion_ids.unsqueeze(-1)
+    return logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def lora_config(config) -> Any:
+    from peft import LoraConfig
+
+    return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+                      target_modules=config.lora_target_modules, task_type="CAUSAL_LM")
+
+
+class LocalTorchBackend:
+    """A causal LM + LoRA adapter in this process (CPU or one GPU).
+
+    The frozen reference is the same model with the adapter disabled, so there is one copy of the base weights.
+    """
+
+    def __init__(self, model, tokenizer, config, *, device: str | None = None):
+        from peft import PeftModel, get_peft_model
+
+        self.config = config
+        self.tokenizer = tokenizer
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if not isinstance(model, PeftModel):
+            model = get_peft_model(model, lora_config(config))
+        self.model = model.to(self.device)
+        self.vocab_size = int(self.model.get_input_embeddings().weight.shape[0])
+        self.eos_ids = self._eos_ids()
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else min(self.eos_ids))
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+        warmup = config.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
+        self.model.train()  # LoRA dropout defaults to 0, so train mode samples and scores alike
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for source in (self.tokenizer.eos_token_id, getattr(self.model.generation_config, "eos_token_id", None)):
+            if source is None:
+                continue
+            ids.update(source if isinstance(source, (list, tuple)) else [source])
+        if not ids:
+            raise ValueError("the tokenizer defines no end-of-sequence token")
+        return {int(i) for i in ids}
+
+    @contextlib.contextmanager
+    def _adapter(self, enabled: bool) -> Iterator[None]:
+        if enabled:
+            yield
+        else:
+            with self.model.disable_adapter():
+                yield
+
+    @torch.no_grad()
+    def generate(self, prompts, *, max_new_tokens, temperature, adapter=True):
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+            attn[i, width - len(p):] = 1
+        sampling = temperature > 0
+        kwargs: dict[str, Any] = {"do_sample": sampling, "max_new_tokens": max_new_tokens,
+                                  "output_scores": True, "return_dict_in_generate": True,
+                                  "pad_token_id": self.pad_id, "eos_token_id": sorted(self.eos_ids),
+                                  # only temperature may shape the distribution, or the recorded log-probs would
+                                  # belong to a truncated policy the loss never computes
+                                  "top_k": 0, "top_p": 1.0, "min_p": None, "repetition_penalty": 1.0}
+        if sampling:
+            kwargs["temperature"] = temperature
+        with self._adapter(adapter):
+            out = self.model.generate(input_ids=ids.to(self.device), attention_mask=attn.to(self.device), **kwargs)
+        new = out.sequences[:, width:].cpu()
+        logps = torch.empty(new.shape, dtype=torch.float32)
+        for t, scores in enumerate(out.scores):
+            scores = scores.float().cpu()
+            logps[:, t] = scores.gather(-1, new[:, t:t + 1]).squeeze(-1) - torch.logsumexp(scores, dim=-1)
+        result = []
+        for row, lp in zip(new.tolist(), logps.tolist()):
+            end = next((k for k, tok in enumerate(row) if tok in self.eos_ids), None)
+            keep = len(row) if end is None else end + 1
+            result.append(Generation(ids=row[:keep], logps=lp[:keep], truncated=end is None))
+        return result
+
+    def _to_device(self, batch: Batch) -> Batch:
+        if self.device.type == "cpu":
+            return batch
+        import dataclasses
+
+        moved = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+        for k, v in moved.items():
+            if isinstance(v, torch.Tensor):
+                moved[k] = v.to(self.device)
+        return Batch(**moved)
+
+    @torch.no_grad()
+    def logprobs(self, batch, *, temperature, reference=False):
+        with self._adapter(not reference):
+            return completion_logprobs(self.model, self._to_device(batch), temperature).cpu()
+
+    def forward_backward(self, batch, loss_fn, *, temperature):
+        batch = self._to_device(batch)
+        new_logp = completion_logprobs(self.model, batch, temperature)
+        loss, stats = loss_fn(new_logp, batch)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"loss is not finite ({float(loss)})")
+        loss.backward()
+        return {"loss": float(loss.detach()), **stats}
+
+    def optimizer_step(self):
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+        if not math.isfinite(float(norm)):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(f"gradient norm is not finite ({float(norm)})")
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {"grad_norm": float(norm), "learning_rate": float(lr)}
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def save_adapter(self, directory):
+        self.model.save_pretrained(str(directory), safe_serialization=True)
+
+    def load_adapter(self, directory):
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        weights = load_file(str(Path(directory) / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(self.model, weights)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise ValueError(f"adapter in {directory} does not fit this model: unexpected {unexpected[:3]}")
+
+    def training_state(self):
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_training_state(self, state):
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])

@@ -1,0 +1,111 @@
+"""Training configuration: one dataclass per objective, sharing field names and documented defaults.
+
+A field an objective does not use is refused (``from_dict`` names it), so a typo or a DAPO-only knob passed to GRPO
+never silently does nothing. The objective modules subclass `RLConfig` (or `TrainConfig` for SFT) and override only
+defaults; the defaults each paper used are noted there.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+from stateset_agents.errors import InputError
+from stateset_agents.jsonio import digest
+
+
+@dataclass
+class TrainConfig:
+    """Fields every objective uses.
+
+    * ``steps`` (50): committed optimizer updates to run.
+    * ``batch_size`` (4): prompts per update.
+    * ``learning_rate`` (1e-4): AdamW learning rate for the LoRA weights; ``warmup_steps`` (0) linear warmup, then
+      constant. ``weight_decay`` (0.0), ``max_grad_norm`` (1.0).
+    * ``max_prompt_tokens`` (512): longer prompts keep their last tokens. ``max_new_tokens`` (64) and
+      ``temperature`` (1.0): sampling for rollouts and for the held-out evaluation (0 means greedy).
+    * ``lora_r`` (8), ``lora_alpha`` (16), ``lora_dropout`` (0.0: dropout would make the importance ratio differ
+      from 1 before any update), ``lora_target_modules`` ("all-linear").
+    * ``save_every`` (10): a checkpoint every that many committed updates, and always after the last one;
+      ``keep_checkpoints`` (2) most recent ones kept. ``seed`` (0).
+    """
+
+    algorithm: ClassVar[str] = ""
+    steps: int = 50
+    batch_size: int = 4
+    learning_rate: float = 1e-4
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    max_prompt_tokens: int = 512
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    lora_r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.0
+    lora_target_modules: Any = "all-linear"
+    save_every: int = 10
+    keep_checkpoints: int = 2
+    seed: int = 0
+
+    def __post_init__(self):
+        positive = ("steps", "batch_size", "max_prompt_tokens", "max_new_tokens", "lora_r", "save_every",
+                    "keep_checkpoints", "learning_rate")
+        for name in positive:
+            if not getattr(self, name) > 0:
+                raise InputError(f"{name} must be positive, got {getattr(self, name)!r}", field=name)
+        if self.temperature < 0:
+            raise InputError("temperature must be >= 0", field="temperature")
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in values or {}:
+            if key not in known:
+                raise InputError(f"the {cls.algorithm} objective does not use '{key}' "
+                                 f"(its fields: {', '.join(sorted(known))})", field=key)
+        return cls(**dict(values or {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        return digest({"algorithm": self.algorithm, **self.to_dict()})
+
+
+@dataclass
+class RLConfig(TrainConfig):
+    """Fields of every sampling objective.
+
+    * ``num_generations`` (4): completions sampled per prompt (the group).
+    * ``beta``: KL coefficient against the reference (base model, adapter disabled), k3 estimator.
+    * ``epsilon``: lower (and, without ``epsilon_high``, upper) clipping range of the importance ratio.
+    * ``scale_rewards`` (True): divide group-centred rewards by the group's standard deviation.
+    """
+
+    num_generations: int = 4
+    beta: float = 0.04
+    epsilon: float = 0.2
+    scale_rewards: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.num_generations < 2:
+            raise InputError("num_generations must be at least 2 (advantages are relative to the group)",
+                             field="num_generations")
+        if self.beta < 0:
+            raise InputError("beta must be >= 0", field="beta")
+        if not self.epsilon > 0:
+            raise InputError("epsilon must be positive", field="epsilon")
+        if self.temperature == 0:
+            raise InputError("sampling objectives need temperature > 0", field="temperature")
+        high = getattr(self, "epsilon_high", None)
+        if high is not None and high < self.epsilon:
+            raise InputError("epsilon_high must be >= epsilon", field="epsilon_high")
+
+
+def config_class(algorithm: str) -> type[TrainConfig]:
+    from .objectives import get_objective
+
+    return get_objective(algorithm).Config
+

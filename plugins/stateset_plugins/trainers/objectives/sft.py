@@ -1,0 +1,34 @@
+r"""SFT: supervised fine-tuning on the curated completions.
+
+    L(theta) = -1 / sum_i |y_i| * sum_i sum_t log pi_theta(y_i,t | x_i, y_i,<t)
+
+(token-level mean negative log-likelihood of the completion tokens only; prompt tokens are context). No sampling,
+no reward during training; ``temperature`` and ``max_new_tokens`` only set the held-out evaluation's decoding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import TrainConfig
+from .common import masked_token_mean, safe
+
+NAME = "sft"
+ROLLOUT = "none"
+
+
+@dataclass
+class SFTConfig(TrainConfig):
+    algorithm = NAME
+
+
+Config = SFTConfig  # every objective module exposes `Config`
+
+
+def advantages(rewards, group_size: int, config: SFTConfig):
+    return rewards * 0
+
+
+def loss(new_logp, batch, config: SFTConfig):
+    mask = batch.completion_mask
+    nll = masked_token_mean(-safe(new_logp, mask), mask)
+    return nll, {"nll": float(nll.detach())}

@@ -1,0 +1,84 @@
+"""A training run from a JSON-shaped request: what the `trainer:*` components and the `train` command execute.
+
+Request fields: ``algorithm``, ``dataset`` (path), ``reward`` (a reward component name), ``reward_config`` (dict;
+``--policy`` arrives as ``{"policy": content}``), ``reward_runtime`` ("inprocess"), ``base_model`` (path, hub id,
+.gguf, or None for the offline default), ``eval_prompts`` (path), ``output`` (run directory), ``config`` (dict of
+objective fields), ``steps``/``seed``/``save_every`` (override ``config``), ``resume``, ``overwrite``.
+Everything cheap is validated before the model loads, so a bad flag fails in a second, not after a download.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Iterator, Mapping
+
+from stateset_agents.errors import InputError, StatesetError
+
+from .data import load_dataset
+from .evaluation import load_eval_prompts
+from .rundir import RunDir
+
+OVERRIDES = ("steps", "seed", "save_every")
+
+
+def resolve_config(request: Mapping[str, Any]):
+    from .api import make_config
+
+    values = dict(request.get("config") or {})
+    for key in OVERRIDES:
+        if request.get(key) is not None:
+            values[key] = request[key]
+    return make_config(request["algorithm"], values)
+
+
+@contextlib.contextmanager
+def _reward(request: Mapping[str, Any], reward):
+    if reward is not None:
+        yield reward
+        return
+    name = request.get("reward")
+    if not name:
+        raise InputError("a reward is required (--reward NAME)", field="reward")
+    from stateset_agents.runtimes import load_component
+
+    full = name if ":" in name else f"reward:{name}"
+    component = load_component(full, config=dict(request.get("reward_config") or {}),
+                               runtime=request.get("reward_runtime", "inprocess"))
+    with component as loaded:
+        yield loaded
+
+
+def train_run(request: Mapping[str, Any], *, reward=None, stop: threading.Event | None = None,
+              handle_signals: bool = False) -> Iterator[dict[str, Any]]:
+    """Yield the run's events; the last is `completed` or `failed` (errors become a `failed` event)."""
+    try:
+        yield from _train(request, reward, stop, handle_signals)
+    except StatesetError as exc:
+        yield {"type": "failed", "reason": "error", "message": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - a stream must end with completed or failed
+        yield {"type": "failed", "reason": type(exc).__name__, "message": str(exc)}
+
+
+def _train(request, reward, stop, handle_signals) -> Iterator[dict[str, Any]]:
+    from .api import TRAINERS
+
+    algorithm = request.get("algorithm")
+    if algorithm not in TRAINERS:
+        raise InputError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(TRAINERS)}", field="algorithm")
+    config = resolve_config(request)
+    if not request.get("output"):
+        raise InputError("an output directory is required", field="output")
+    dataset = load_dataset(request["dataset"])
+    cases = load_eval_prompts(request["eval_prompts"]) if request.get("eval_prompts") else []
+    resume, overwrite = bool(request.get("resume")), bool(request.get("overwrite"))
+    RunDir(request["output"]).check(resume=resume, overwrite=overwrite)  # before the model loads
+    with _reward(request, reward) as grader:
+        yield {"type": "log", "message": f"loading base model {request.get('base_model') or '(offline default)'}"}
+        from .models import load_base_model
+
+        model, tokenizer, info = load_base_model(request.get("base_model"))
+        trainer = TRAINERS[algorithm](model, tokenizer, reward=grader, dataset=dataset, config=config,
+                                      output_dir=request["output"], eval_prompts=cases, resume=resume,
+                                      overwrite=overwrite, base_model_info=info, handle_signals=handle_signals,
+                                      stop=stop)
+        yield from trainer.events()

@@ -1,0 +1,161 @@
+"""The run directory and its checkpoints.
+
+    RUN/adapter/           PEFT safetensors of the final adapter (PeftModel.from_pretrained loads it)
+    RUN/checkpoints/step-000010/
+        adapter/           the adapter at that committed update
+        training_state.pt  optimizer, scheduler, RNG states (python, numpy, torch)
+        state.json         step, data cursor, config and its digest, dataset and base-model identity
+    RUN/metrics.jsonl      one line per committed update
+    RUN/eval_results.json, RUN/manifest.json
+
+A checkpoint is built in a hidden temporary directory and renamed into place, so a kill leaves only whole
+checkpoints; single files go through `jsonio.atomic_write`.
+"""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import torch
+
+from stateset_agents.errors import InputError
+from stateset_agents.jsonio import atomic_write, dumps_line, load_json, write_json
+
+RUN_MARKERS = ("manifest.json", "checkpoints", "metrics.jsonl", "adapter")
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class RunDir:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.checkpoints = self.path / "checkpoints"
+        self.metrics_path = self.path / "metrics.jsonl"
+
+    def holds_run(self) -> bool:
+        return any((self.path / m).exists() for m in RUN_MARKERS)
+
+    def check(self, *, resume: bool, overwrite: bool) -> None:
+        """Refuse to mix runs: an existing run needs --resume (continue it) or --overwrite (replace it)."""
+        if resume and overwrite:
+            raise InputError("--resume and --overwrite exclude each other", path=str(self.path))
+        if resume and self.latest_checkpoint() is None:
+            raise InputError("--resume: no checkpoint to resume from (refusing to start fresh)", path=str(self.path))
+        if not resume and not overwrite and self.holds_run():
+            raise InputError("the output directory already holds a run; pass --resume to continue it or "
+                             "--overwrite to replace it", path=str(self.path))
+
+    def prepare(self, *, resume: bool, overwrite: bool) -> None:
+        self.check(resume=resume, overwrite=overwrite)
+        if resume:
+            return
+        if overwrite and self.holds_run():
+            for name in (*RUN_MARKERS, "eval_results.json", "tensorboard"):
+                target = self.path / name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                elif target.exists():
+                    target.unlink()
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    # ------------------------------------------------------------------------------------------- checkpoints
+    def checkpoint_dirs(self) -> list[Path]:
+        if not self.checkpoints.is_dir():
+            return []
+        found = [p for p in self.checkpoints.iterdir() if p.name.startswith("step-") and (p / "state.json").exists()]
+        return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+    def latest_checkpoint(self) -> Path | None:
+        dirs = self.checkpoint_dirs()
+        return dirs[-1] if dirs else None
+
+    def save_checkpoint(self, step: int, backend, state: dict[str, Any], keep: int) -> Path:
+        final = self.checkpoints / f"step-{step:06d}"
+        tmp = self.checkpoints / f".step-{step:06d}.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        backend.save_adapter(tmp / "adapter")
+        with atomic_write(tmp / "training_state.pt") as f:
+            torch.save({**backend.training_state(), "rng": rng_state()}, f)
+        write_json(tmp / "state.json", state)  # written last: its presence marks a whole checkpoint
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        for old in self.checkpoint_dirs()[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    @staticmethod
+    def load_checkpoint(path: Path, backend) -> dict[str, Any]:
+        state = load_json(path / "state.json")
+        backend.load_adapter(path / "adapter")
+        blob = torch.load(path / "training_state.pt", weights_only=False)  # our own file, written above
+        backend.load_training_state(blob)
+        set_rng_state(blob["rng"])
+        return state
+
+    # --------------------------------------------------------------------------------------------- metrics
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        # one write(2) of a whole line on an O_APPEND descriptor: a kill leaves at most one partial last line,
+        # which `truncate_metrics` drops on resume
+        fd = os.open(self.metrics_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, dumps_line(record))
+        finally:
+            os.close(fd)
+
+    def truncate_metrics(self, step: int) -> None:
+        """On resume, keep only the metrics of updates the checkpoint holds."""
+        if not self.metrics_path.exists():
+            return
+        kept = []
+        for raw in self.metrics_path.read_bytes().splitlines():
+            try:
+                rec = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if rec.get("step", 0) <= step:
+                kept.append(dumps_line(rec))
+        with atomic_write(self.metrics_path) as f:
+            f.write(b"".join(kept))
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        if not self.metrics_path.exists():
+            return []
+        return [orjson.loads(r) for r in self.metrics_path.read_bytes().splitlines() if r.strip()]
+
+    # --------------------------------------------------------------------------------------------- adapter
+    def write_adapter(self, backend) -> Path:
+        final, tmp = self.path / "adapter", self.path / ".adapter.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        backend.save_adapter(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        return final

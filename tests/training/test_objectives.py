@@ -1,0 +1,148 @@
+"""Each objective: the loss equals a hand computation, the ratio is 1 before any update, and one update moves
+log-probs in the direction of the advantages (a sign error fails here)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from stateset_agents.errors import InputError
+from stateset_plugins.trainers.backend import LocalTorchBackend
+from stateset_plugins.trainers.batch import Batch, Sample, collate
+from stateset_plugins.trainers.data import ChatRenderer
+from stateset_plugins.trainers.objectives import ALGORITHMS, get_objective
+from stateset_plugins.trainers.objectives.dapo import overlong_penalty
+
+RL = ("grpo", "gspo", "dapo", "multi_turn_grpo")
+
+
+def fixed_batch(beta_ref: bool = True) -> tuple[Batch, torch.Tensor]:
+    """Two samples, completion width 2; the second has one token."""
+    b = Batch(input_ids=torch.zeros((2, 3), dtype=torch.long), attention_mask=torch.ones((2, 3), dtype=torch.long),
+              prompt_width=1, completion_mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]),
+              behaviour_logp=torch.tensor([[-1.0, -2.0], [-0.5, math.nan]]), sample_ids=["a", "b"],
+              groups=["p", "p"], group_size=2)
+    b.advantages = torch.tensor([1.0, -1.0])
+    b.rewards = torch.tensor([1.0, 0.0])
+    b.ref_logp = torch.tensor([[-1.2, -1.9], [-0.4, 0.0]]) if beta_ref else None
+    new = torch.tensor([[-0.9, -2.1], [-0.3, 0.0]])
+    return b, new
+
+
+def k3(new, ref):
+    return math.exp(ref - new) - (ref - new) - 1
+
+
+def clip_term(r, a, lo, hi):
+    return -min(r * a, min(max(r, 1 - lo), 1 + hi) * a)
+
+
+@pytest.mark.parametrize("algo", ["grpo", "multi_turn_grpo"])
+def test_grpo_loss_matches_hand_computation(algo):
+    obj = get_objective(algo)
+    cfg = obj.Config(beta=0.1, epsilon=0.05)
+    b, new = fixed_batch()
+    loss, stats = obj.loss(new, b, cfg)
+    s0 = [clip_term(math.exp(-0.9 + 1.0), 1, .05, .05) + 0.1 * k3(-0.9, -1.2),
+          clip_term(math.exp(-2.1 + 2.0), 1, .05, .05) + 0.1 * k3(-2.1, -1.9)]
+    s1 = clip_term(math.exp(-0.3 + 0.5), -1, .05, .05) + 0.1 * k3(-0.3, -0.4)
+    expected = (sum(s0) / 2 + s1) / 2  # per-sequence mean, then over sequences
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+    # clipped: token 0 of sample a (r=1.105 > 1.05, A>0) and sample b (r=1.22, A<0: unclipped branch is lower)
+    assert stats["clip_fraction"] == pytest.approx(1 / 3)
+
+
+def test_dapo_loss_is_token_level_with_clip_higher():
+    obj = get_objective("dapo")
+    cfg = obj.Config(beta=0.0, epsilon=0.05, epsilon_high=0.2)
+    b, new = fixed_batch(beta_ref=False)
+    loss, _ = obj.loss(new, b, cfg)
+    terms = [clip_term(math.exp(0.1), 1, .05, .2), clip_term(math.exp(-0.1), 1, .05, .2),
+             clip_term(math.exp(0.2), -1, .05, .2)]
+    assert float(loss) == pytest.approx(sum(terms) / 3, rel=1e-5)
+
+
+def test_gspo_loss_uses_length_normalised_sequence_ratio():
+    obj = get_objective("gspo")
+    cfg = obj.Config(epsilon=0.01, epsilon_high=0.5)
+    b, new = fixed_batch(beta_ref=False)
+    loss, _ = obj.loss(new, b, cfg)
+    s_a = math.exp(((-0.9 + 1.0) + (-2.1 + 2.0)) / 2)  # = 1
+    s_b = math.exp(-0.3 + 0.5)
+    expected = (clip_term(s_a, 1, .01, .5) + clip_term(s_b, -1, .01, .5)) / 2
+    assert float(loss) == pytest.approx(expected, rel=1e-5)
+
+
+def test_sft_loss_is_token_mean_nll():
+    obj = get_objective("sft")
+    b, new = fixed_batch(beta_ref=False)
+    loss, _ = obj.loss(new, b, obj.Config())
+    assert float(loss) == pytest.approx((0.9 + 2.1 + 0.3) / 3, rel=1e-6)
+
+
+def test_dapo_overlong_shaping():
+    cfg = get_objective("dapo").Config(max_new_tokens=20, overlong_buffer=10)
+    pen = overlong_penalty(torch.tensor([5, 10, 15, 20, 20]), torch.tensor([False, False, False, False, True]), cfg)
+    assert pen.tolist() == pytest.approx([0.0, 0.0, -0.5, -1.0, -1.0])
+
+
+def test_configs_reject_fields_their_objective_does_not_use():
+    with pytest.raises(InputError, match="epsilon_high"):
+        get_objective("grpo").Config.from_dict({"epsilon_high": 0.3})
+    with pytest.raises(InputError, match="'beta'"):
+        get_objective("sft").Config.from_dict({"beta": 0.1})
+    with pytest.raises(InputError, match="max_turns"):
+        get_objective("dapo").Config.from_dict({"max_turns": 3})
+    assert get_objective("dapo").Config.from_dict({"epsilon_high": 0.3}).epsilon_high == 0.3
+    assert get_objective("grpo").Config().beta > 0  # KL on by default for GRPO
+    for algo in ALGORITHMS:  # shared names, documented defaults
+        assert get_objective(algo).Config().learning_rate == 1e-4
+
+
+def rollout_batch(model, tokenizer, algo, n_prompts=2, g=4, **overrides):
+    obj = get_objective(algo)
+    cfg = obj.Config(num_generations=g, max_new_tokens=8, temperature=0.8, learning_rate=1e-3, **overrides)
+    torch.manual_seed(0)
+    backend = LocalTorchBackend(model, tokenizer, cfg)
+    renderer = ChatRenderer(tokenizer, 64)
+    prompts = [renderer.prompt_ids([{"role": "user", "content": t}], None) for t in ("hello", "my order A1 is late")]
+    gens = backend.generate([p for p in prompts[:n_prompts] for _ in range(g)], max_new_tokens=8, temperature=0.8)
+    samples = [Sample(f"s{i}", f"p{i // g}", prompts[i // g], x.ids, [True] * len(x.ids), x.logps)
+               for i, x in enumerate(gens)]
+    batch = collate(samples, backend.pad_id, g)
+    return backend, batch, cfg, obj
+
+
+@pytest.mark.parametrize("algo", RL)
+def test_ratio_is_one_before_first_update(tiny, algo):
+    backend, batch, cfg, _ = rollout_batch(*tiny, algo)
+    new = backend.logprobs(batch, temperature=cfg.temperature)
+    m = batch.completion_mask > 0
+    assert (batch.attention_mask[:, :batch.prompt_width] == 0).any()  # left padding is exercised
+    assert torch.exp(new[m] - batch.behaviour_logp[m]).sub(1).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+def test_one_update_follows_the_advantages(tiny, algo):
+    backend, batch, cfg, obj = rollout_batch(*tiny, "grpo" if algo == "sft" else algo)
+    if algo == "sft":
+        cfg = get_objective("sft").Config(learning_rate=1e-3)
+        obj = get_objective("sft")
+        temperature = 1.0
+    else:
+        temperature = cfg.temperature
+    batch.rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0])
+    batch.advantages = obj.advantages(batch.rewards, 4, cfg) if algo != "sft" else batch.rewards * 0
+    batch.ref_logp = backend.logprobs(batch, temperature=temperature, reference=True)
+    m = batch.completion_mask
+    before = (backend.logprobs(batch, temperature=temperature) * m).sum(-1)
+    backend.forward_backward(batch, lambda new, b: obj.loss(new, b, cfg), temperature=temperature)
+    backend.optimizer_step()
+    after = (backend.logprobs(batch, temperature=temperature) * m).sum(-1)
+    delta = after - before
+    if algo == "sft":
+        assert (delta > 0).all(), delta
+    else:
+        pos, neg = batch.advantages > 0, batch.advantages < 0
+        assert (delta[pos] > 0).all() and (delta[neg] < 0).all(), (batch.advantages, delta)
