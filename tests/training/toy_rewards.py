@@ -8,41 +8,7 @@ from pathlib import Path
 
 from stateset_agents import Reward, TurnGrade
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-CORPUS = [
-    "hello how can I help you today", "my order A1 has not arrived", "please refund order 42",
-    "the answer is 7", "call the tool get_order with order_id", '{"name": "get_order", "arguments": {}}',
-    "0123456789 digits 12 34 56 78 90", "thanks, goodbye", "what is 2 + 3 ? it is 5",
-] * 4
-
-
-def build_tiny_model(path: Path, vocab_size: int = 320, initializer_range: float = 0.2) -> None:
-    """Byte-level BPE (round-trips any text exactly) + a 2-layer Llama with hidden size 32."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    specials = ["<pad>", "<|im_start|>", "<|im_end|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(CORPUS, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<|im_end|>",
-                                   bos_token="<|im_start|>")
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(path)
-    torch.manual_seed(1234)
-    config = LlamaConfig(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         pad_token_id=fast.pad_token_id, eos_token_id=fast.eos_token_id,
-                         bos_token_id=fast.bos_token_id, tie_word_embeddings=False,
-                         initializer_range=initializer_range)
-    LlamaForCausalLM(config).save_pretrained(path)
+from stateset_plugins.trainers.tiny import build_tiny_model  # noqa: F401 - re-exported for tests
 
 
 def _text(message) -> str:
