@@ -81,3 +81,156 @@ def percentile_interval(values: Sequence[float], level: float = 0.95) -> tuple[f
     lo = ordered[max(0, int(math.floor(alpha * len(ordered))))]
     hi = ordered[min(len(ordered) - 1, int(math.ceil((1 - alpha) * len(ordered))) - 1)]
     return lo, hi
+
+
+def confusion_table(scores: Sequence[float], labels: Sequence, threshold: float) -> dict[str, float | int | None]:
+    """Counts of predicted (score >= threshold) against actual (truthy label), with precision, recall, accuracy
+    (None where undefined)."""
+    if len(scores) != len(labels):
+        raise ValueError("scores and labels differ in length")
+    tp = fp = fn = tn = 0
+    for s, y in zip(scores, labels):
+        predicted = s >= threshold
+        if y:
+            tp += predicted
+            fn += not predicted
+        else:
+            fp += predicted
+            tn += not predicted
+    n = tp + fp + fn + tn
+    return {"threshold": threshold, "tp": tp, "fp": fp, "fn": fn, "tn": tn,
+            "precision": tp / (tp + fp) if tp + fp else None,
+            "recall": tp / (tp + fn) if tp + fn else None,
+            "accuracy": (tp + tn) / n if n else None}
+
+
+# ------------------------------------------------------------------------------------ paired comparisons (evaluation)
+
+#: Sign-flip tests enumerate every sign pattern exactly up to this many non-zero differences.
+EXACT_SIGN_FLIP_MAX = 20
+#: Monte Carlo sign-flip draws above that (never fewer).
+MIN_SIGN_FLIP_DRAWS = 100_000
+_TIE_TOLERANCE = 1e-9  # relative: |statistic| within this of the observed one counts as "as extreme"
+
+
+def mean(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("the mean of no values is undefined")
+    return math.fsum(values) / len(values)
+
+
+def paired_differences(base: Sequence[float], candidate: Sequence[float]) -> list[float]:
+    """candidate - base, case by case."""
+    if len(base) != len(candidate):
+        raise ValueError(f"paired samples differ in length ({len(base)} base, {len(candidate)} candidate)")
+    return [float(c) - float(b) for b, c in zip(base, candidate)]
+
+
+def bootstrap_mean_interval(values: Sequence[float], *, draws: int = 10_000, seed: int = 0,
+                            level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval for the mean, resampling cases with replacement (seeded, so reproducible)."""
+    if not values:
+        raise ValueError("a bootstrap interval needs at least one value")
+    rng = random.Random(seed)
+    n = len(values)
+    data = list(values)
+    means = [math.fsum(rng.choices(data, k=n)) / n for _ in range(draws)]
+    return percentile_interval(means, level)
+
+
+def _subset_sums(values: Sequence[float]) -> list[float]:
+    """sum(s_i * v_i) over every sign pattern s in {-1, +1}^n (2^n entries)."""
+    sums = [0.0]
+    for v in values:
+        sums = [s + v for s in sums] + [s - v for s in sums]
+    return sums
+
+
+def _count_extreme_exact(values: Sequence[float], threshold: float) -> int:
+    """How many of the 2^n sign patterns give |sum| >= threshold. Meet in the middle: the sums of two halves are
+    enumerated (2^(n/2) each) and the pairs are counted by binary search, so n = 20 costs ~2,000 lookups."""
+    import bisect
+
+    half = len(values) // 2
+    left, right = _subset_sums(values[:half]), sorted(_subset_sums(values[half:]))
+    count = 0
+    for a in left:
+        # a + b >= threshold  or  a + b <= -threshold
+        count += len(right) - bisect.bisect_left(right, threshold - a)
+        count += bisect.bisect_right(right, -threshold - a)
+    return count
+
+
+def _count_extreme_monte_carlo(values: Sequence[float], threshold: float, draws: int, seed: int) -> int:
+    """Random sign patterns (one bit per case). Cases are taken 8 at a time through a 256-entry table of signed
+    sums, so one draw costs n/8 lookups instead of n multiplications."""
+    rng = random.Random(seed)
+    chunks = [values[i:i + 8] for i in range(0, len(values), 8)]
+    tables = []
+    for chunk in chunks:
+        table = []
+        for bits in range(1 << len(chunk)):
+            table.append(math.fsum(v if (bits >> k) & 1 else -v for k, v in enumerate(chunk)))
+        tables.append(table)
+    n = len(values)
+    count = 0
+    for _ in range(draws):
+        pattern = rng.getrandbits(n)
+        total = 0.0
+        for k, table in enumerate(tables):
+            total += table[(pattern >> (8 * k)) & 0xFF]
+        if abs(total) >= threshold:
+            count += 1
+    return count
+
+
+def sign_flip_p_value(differences: Sequence[float], *, draws: int = MIN_SIGN_FLIP_DRAWS, seed: int = 0,
+                      exact_max: int = EXACT_SIGN_FLIP_MAX) -> tuple[float, str, int]:
+    """Two-sided paired sign-flip (permutation) test of "mean difference is 0".
+
+    Under the null each case's difference is as likely to have either sign, so the p-value is the share of sign
+    patterns whose |sum| is at least the observed |sum|. Zero differences are dropped (flipping them changes
+    nothing). Returns (p, method, patterns): exact enumeration when at most `exact_max` non-zero cases remain,
+    else seeded Monte Carlo with max(draws, 100,000) draws and the add-one estimate (1 + hits) / (1 + draws), which
+    is never 0.
+    """
+    nonzero = [float(d) for d in differences if d != 0]
+    if not nonzero:
+        return 1.0, "exact", 1
+    observed = abs(math.fsum(nonzero))
+    threshold = observed - _TIE_TOLERANCE * max(1.0, observed)
+    if len(nonzero) <= exact_max:
+        patterns = 1 << len(nonzero)
+        return _count_extreme_exact(nonzero, threshold) / patterns, "exact", patterns
+    draws = max(int(draws), MIN_SIGN_FLIP_DRAWS)
+    hits = _count_extreme_monte_carlo(nonzero, threshold, draws, seed)
+    return (1 + hits) / (1 + draws), "monte_carlo", draws
+
+
+def paired_totals(base: Sequence[float], candidate: Sequence[float]) -> dict[str, float | int]:
+    """The descriptive part of a paired comparison: the keys of eval_results.json's ``totals``."""
+    diffs = paired_differences(base, candidate)
+    if not diffs:
+        raise ValueError("a paired comparison needs at least one case")
+    return {"cases": len(diffs), "base_mean": mean(base), "candidate_mean": mean(candidate),
+            "mean_difference": mean(diffs), "improved": sum(d > 0 for d in diffs),
+            "regressed": sum(d < 0 for d in diffs), "unchanged": sum(d == 0 for d in diffs)}
+
+
+def paired_comparison(base: Sequence[float], candidate: Sequence[float], *, seed: int = 0, level: float = 0.95,
+                      bootstrap_draws: int = 10_000, permutation_draws: int = MIN_SIGN_FLIP_DRAWS
+                      ) -> dict[str, float | int | str | dict]:
+    """Everything `evaluate`, `train` and `gate` report about a paired comparison over cases, as one dict:
+    `paired_totals`, a bootstrap interval for the mean difference and the sign-flip p-value."""
+    totals = paired_totals(base, candidate)
+    diffs = paired_differences(base, candidate)
+    low, high = bootstrap_mean_interval(diffs, draws=bootstrap_draws, seed=seed, level=level)
+    p, method, patterns = sign_flip_p_value(diffs, draws=permutation_draws, seed=seed)
+    return {
+        **totals,
+        "interval": {"level": level, "low": low, "high": high, "method": "percentile bootstrap over cases",
+                     "draws": bootstrap_draws, "seed": seed},
+        "p_value": p,
+        "p_value_method": f"two-sided sign-flip permutation over cases ({method})",
+        "permutation_patterns": patterns,
+    }

@@ -6,7 +6,7 @@ import sys
 from .app import app, err_console
 
 # Command modules register themselves on import; keep them light (heavy imports inside the command bodies).
-_COMMAND_MODULES = ("plugins_cmd", "ingest_cmd", "improve_cmd", "train_cmd")
+_COMMAND_MODULES = ("plugins_cmd", "ingest_cmd", "improve_cmd", "train_cmd", "quickstart_cmd", "evidence_cmd", "images_cmd", "remote_cmd")
 
 
 def _load_commands() -> None:
@@ -21,33 +21,17 @@ def _load_commands() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the CLI. Usage errors are click's (usage line + message, exit 2); our errors print one clear line."""
     from ..errors import StatesetError
 
     _load_commands()
     try:
-        rc = app(args=argv, prog_name="stateset-agents", standalone_mode=False)
-        if isinstance(rc, int):
-            return rc
+        app(args=argv, prog_name="stateset-agents", standalone_mode=True)
     except StatesetError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return exc.exit_code
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
-        return 130
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except Exception as exc:  # click's usage errors and aborts
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Exit):
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
-            err_console.print("aborted")
-            return 1
-        raise
     return 0
 
 

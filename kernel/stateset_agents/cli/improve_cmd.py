@@ -24,7 +24,8 @@ def run_cmd(
     transcripts: Path = typer.Option(..., "--transcripts", help="Folder written by `ingest` (its transcripts.jsonl)."),
     reward: str = typer.Option(..., "--reward", help="Reward component: NAME or reward:NAME."),
     output: Path = typer.Option(..., "--output", help="Folder for graded.jsonl, curated.jsonl and the summary."),
-    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Curate applicable turns scoring at least this."),
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold",
+                                    help="Curate applicable turns scoring at least this."),
     policy: Optional[Path] = typer.Option(None, "--policy",
                                           help="Policy file (YAML or JSON), given to the reward as config.policy."),
     runtime: str = typer.Option("inprocess", "--runtime", help="Where the reward runs: inprocess or subprocess."),
@@ -78,7 +79,8 @@ def _render_summary(s: dict[str, Any]) -> None:
     table = Table(title="improve", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
-    table.add_row("transcripts", f"{s['input']['transcripts']['path']} (sha256 {s['input']['transcripts']['sha256'][:12]})")
+    source = s["input"]["transcripts"]
+    table.add_row("transcripts", f"{source['path']} (sha256 {source['sha256'][:12]})")
     table.add_row("reward", f"{reward['component']} {reward['version']} (config {reward['config_sha256'][:12]})")
     table.add_row("threshold", _fmt(s["threshold"], 2))
     table.add_row("conversations", f"{c['conversations']:,}")
@@ -93,7 +95,8 @@ def _render_summary(s: dict[str, Any]) -> None:
     widest = max(counts) or 1
     edges = scores["histogram"]["edges"]
     for i, n in enumerate(counts):
-        table.add_row("" if i else "histogram", f"{edges[i]:.1f}-{edges[i + 1]:.1f} {'█' * round(24 * n / widest)} {n:,}")
+        bar = "█" * round(24 * n / widest)
+        table.add_row("" if i else "histogram", f"{edges[i]:.1f}-{edges[i + 1]:.1f} {bar} {n:,}")
     for name, check in scores["checks"].items():
         table.add_row(f"check {name}", f"mean {_fmt(check['mean'])} over {check['n']:,}")
     for name, info in s["outputs"].items():
@@ -111,7 +114,8 @@ def audit_cmd(
                                                help="Ingest folder whose metadata holds the label (with --label-key)."),
     label_key: Optional[str] = typer.Option(None, "--label-key", help="Metadata key holding the label."),
     rollup: str = typer.Option("mean", "--rollup", help="A conversation's score: mean or min of its applicable turns."),
-    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="The curation threshold, for the confusion table."),
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold",
+                                    help="The curation threshold, for the confusion table."),
     top: int = typer.Option(10, "--top", help="How many disagreements to list."),
     draws: int = typer.Option(2000, "--draws", help="Bootstrap draws for the AUC interval (0: none)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -134,7 +138,9 @@ def audit_cmd(
                              f"negative; {report['positive_if']})")
     table.add_row("left out", f"{c['no_applicable_turn']:,} without an applicable turn, {c['unlabelled']:,} "
                               f"unlabelled, {c['labels_without_grades']:,} labels without grades")
-    interval = f" [{_fmt(auc['interval'][0])}, {_fmt(auc['interval'][1])}] {auc['level']:.0%}" if auc["interval"] else ""
+    interval = ""
+    if auc["interval"]:
+        interval = f" [{_fmt(auc['interval'][0])}, {_fmt(auc['interval'][1])}] {auc['level']:.0%}"
     table.add_row("ROC AUC", f"{_fmt(auc['value'])}{interval}")
     table.add_row("length baseline AUC", f"{_fmt(report['length_baseline']['auc'])} "
                                          f"({report['length_baseline']['measure']})")

