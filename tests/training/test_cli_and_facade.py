@@ -13,8 +13,8 @@ from stateset_agents.cli import main
 def test_train_command_runs_refuses_and_resumes(tiny_model_dir, tmp_path, capsys):
     data = write_rows(tmp_path / "curated.jsonl", make_rows())
     prompts = tmp_path / "held_out.jsonl"
-    prompts.write_text(json.dumps({"prompt": [{"role": "user", "content": "what is 2 + 3"}],
-                                   "metadata": {"answer": "5"}}) + "\n")
+    prompts.write_text(json.dumps({"prompt": [{"role": "user", "content": "what is 4 + 4"}],
+                                   "metadata": {"answer": "8"}}) + "\n")
     config = tmp_path / "train.yaml"
     config.write_text("max_new_tokens: 8\nbatch_size: 2\nnum_generations: 2\n")
     out = tmp_path / "runs" / "r1"
@@ -35,6 +35,22 @@ def test_train_command_runs_refuses_and_resumes(tiny_model_dir, tmp_path, capsys
     bad.write_text("epsilon_high: 0.3\n")
     assert main(argv[:-1] + [str(bad), "--overwrite"]) != 0
     assert "epsilon_high" in capsys.readouterr().err
+
+
+def test_training_rows_that_are_held_out_cases_are_refused_or_dropped(tiny_model_dir, tmp_path, capsys):
+    data = write_rows(tmp_path / "curated.jsonl", make_rows())
+    prompts = tmp_path / "held_out.jsonl"
+    prompts.write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 2 + 3?"}]}) + "\n")
+    argv = ["train", "--dataset", str(data), "--algorithm", "sft", "--reward", "gsm8k", "--base-model",
+            str(tiny_model_dir), "--eval-prompts", str(prompts), "--output", str(tmp_path / "run"), "--steps", "1"]
+    assert main(argv) != 0
+    err = capsys.readouterr().err.replace("\n", " ")
+    assert "line 2" in err and "--drop-overlap" in err  # row 2's "what is 2 + 3" matches after normalising
+    assert main(argv + ["--drop-overlap"]) == 0
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["split_isolation"]["policy"] == "drop"
+    assert [d["dataset_line"] for d in manifest["split_isolation"]["dropped_rows"]] == [2]
+    assert manifest["dataset"]["rows"] == 5
 
 
 def test_public_imports_are_lazy():

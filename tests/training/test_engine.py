@@ -35,7 +35,7 @@ def test_every_algorithm_completes_a_short_run(make_trainer, tmp_path, algo):
 def test_run_directory_contents_and_adapter_reload(make_trainer, tmp_path, tiny_model_dir):
     out = tmp_path / "run"
     prompts = tmp_path / "held_out.txt"
-    prompts.write_text("say a number\nhello there\n")
+    prompts.write_text("name a number\nhello there\n")  # not training prompts: split isolation refuses those
     trainer = make_trainer("grpo", out, steps=3, eval_prompts=str(prompts))
     trainer.train()
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -8,7 +8,7 @@ import typer
 
 from .app import app, console, err_console
 
-ALGORITHMS = ("sft", "grpo", "multi_turn_grpo", "gspo", "dapo")
+ALGORITHMS = ("sft", "grpo", "multi_turn_grpo", "gspo", "dapo", "gepo", "vapo", "ppo", "rlaif", "cispo")
 
 
 def _read_config(path: Path | None) -> dict[str, Any]:
@@ -35,7 +35,13 @@ def _read_config(path: Path | None) -> dict[str, Any]:
 def train(
     dataset: Path = typer.Option(..., "--dataset", help="curated.jsonl from `improve run`."),
     algorithm: str = typer.Option("grpo", "--algorithm", help=f"One of: {', '.join(ALGORITHMS)}."),
-    reward: str = typer.Option(..., "--reward", help="Reward component: NAME or reward:NAME."),
+    reward: Optional[str] = typer.Option(None, "--reward",
+                                         help="Reward component: NAME or reward:NAME (every algorithm but rlaif)."),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model",
+                                              help="rlaif: local judge causal LM (path, .gguf or hub id)."),
+    judge_url: Optional[str] = typer.Option(None, "--judge-url",
+                                            help="rlaif: OpenAI-compatible endpoint (base URL, e.g. http://host/v1)."),
+    rubric: Optional[Path] = typer.Option(None, "--rubric", help="rlaif: the judge's rubric (text file)."),
     policy: Optional[Path] = typer.Option(None, "--policy", help="Policy file (YAML/JSON) for the reward."),
     base_model: Optional[str] = typer.Option(
         None, "--base-model", help="Local path, .gguf file or hub id (default: SmolLM2-135M-Instruct from "
@@ -50,6 +56,9 @@ def train(
     config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON file of objective fields."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --output from its last checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run already in --output."),
+    drop_overlap: bool = typer.Option(False, "--drop-overlap",
+                                      help="Drop training rows whose prompt matches a held-out case (recorded in "
+                                           "the manifest) instead of refusing to train."),
     runtime: str = typer.Option("inprocess", "--reward-runtime", help="Where the reward runs."),
 ):
     """Train a LoRA adapter on a curated dataset and compare it with the base model on held-out prompts."""
@@ -63,6 +72,11 @@ def train(
     if algorithm not in ALGORITHMS:
         raise InputError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}",
                          field="algorithm")
+    config_values = _read_config(config)
+    judge = {"judge_model": judge_model, "judge_url": judge_url, "rubric": str(rubric) if rubric else None}
+    config_values.update({k: v for k, v in judge.items() if v is not None})  # other objectives refuse these fields
+    if algorithm != "rlaif" and not reward:
+        raise InputError("--reward is required (rlaif alone is rewarded by its judge)", field="reward")
     reward_config: dict[str, Any] = {}
     if policy is not None:
         from ..pipeline.improve import load_policy
@@ -71,7 +85,8 @@ def train(
     request = {"dataset": str(dataset), "reward": reward, "reward_config": reward_config, "reward_runtime": runtime,
                "base_model": base_model, "eval_prompts": str(eval_prompts) if eval_prompts else None,
                "output": str(output), "steps": steps, "seed": seed, "save_every": save_every,
-               "config": _read_config(config), "resume": resume, "overwrite": overwrite}
+               "config": config_values, "resume": resume, "overwrite": overwrite,
+               "drop_overlap": drop_overlap}
     last: dict[str, Any] = {}
     first_reward = last_reward = None
     with load_component(f"trainer:{algorithm}", runtime="inprocess") as trainer:

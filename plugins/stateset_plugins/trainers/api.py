@@ -54,32 +54,44 @@ class BaseTrainer:
 
     def __init__(self, model, tokenizer, reward=None, dataset=None, config=None, *, output_dir=None,
                  eval_prompts=None, resume: bool = False, overwrite: bool = False, base_model_info=None,
-                 backend=None, handle_signals: bool = False, stop: threading.Event | None = None):
+                 backend=None, handle_signals: bool = False, stop: threading.Event | None = None,
+                 drop_overlap: bool = False):
         self.objective = get_objective(self.algorithm)
         self.config = make_config(self.algorithm, config)
         if dataset is None:
             raise InputError("a dataset is required")
         self.dataset = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
-        self.reward = reward
         self.base_model_info = base_model_info or {"source": "in-memory",
                                                    "name": getattr(getattr(model, "config", None), "_name_or_path",
                                                                    None)}
         self.cases = (load_eval_prompts(eval_prompts) if isinstance(eval_prompts, (str, bytes)) or
                       hasattr(eval_prompts, "__fspath__") else list(eval_prompts or []))
+        # Split isolation: a training row whose prompt is a held-out case would make the evaluation meaningless.
+        self.split_isolation = None
+        if self.cases:
+            from stateset_agents.pipeline.overlap import isolate_training_rows
+
+            self.dataset.rows, self.split_isolation = isolate_training_rows(
+                self.dataset.rows, self.cases, drop=drop_overlap, dataset_path=self.dataset.path)
         self.run_dir = RunDir(output_dir) if output_dir else None
         if resume and self.run_dir is None:
             raise InputError("resume needs an output directory")
         if self.run_dir:
             self.run_dir.prepare(resume=resume, overwrite=overwrite)
+        self.reward = self._make_reward(reward)
         self.run_id = uuid.uuid4().hex
         self.started_at = time.time()
         seed_everything(self.config.seed)  # before the LoRA weights are initialised
-        self.backend = backend or LocalTorchBackend(model, tokenizer, self.config)
+        self.backend = backend or LocalTorchBackend(model, tokenizer, self.config,
+                                                    value_head=getattr(self.objective, "VALUE_HEAD", False))
         self.renderer = ChatRenderer(tokenizer, self.config.max_prompt_tokens)
-        self.engine = Engine(self.backend, self.renderer, self.objective, self.config, self.dataset, reward,
+        self.engine = Engine(self.backend, self.renderer, self.objective, self.config, self.dataset, self.reward,
                              self.run_dir, handle_signals=handle_signals, stop=stop)
         if resume:
             self._resume()
+
+    def _make_reward(self, reward):
+        return reward
 
     @property
     def model(self):
@@ -138,7 +150,7 @@ class BaseTrainer:
         write_manifest(self.run_dir.path, run_id=self.run_id, status=status, algorithm=self.algorithm,
                        config=self.config, base_model=self.base_model_info, dataset=self.dataset,
                        committed=self.engine.step, reward=identity, eval_summary=eval_summary, failure=failure,
-                       started_at=self.started_at)
+                       started_at=self.started_at, split_isolation=self.split_isolation)
 
     def train(self) -> dict[str, Any]:
         last: dict[str, Any] = {}
@@ -169,7 +181,39 @@ class MultiTurnGRPOTrainer(BaseTrainer):
     algorithm = "multi_turn_grpo"
 
 
-TRAINERS = {cls.algorithm: cls for cls in (SFTTrainer, GRPOTrainer, GSPOTrainer, DAPOTrainer, MultiTurnGRPOTrainer)}
+class GEPOTrainer(BaseTrainer):
+    algorithm = "gepo"
+
+
+class VAPOTrainer(BaseTrainer):
+    algorithm = "vapo"
+
+
+class PPOTrainer(BaseTrainer):
+    algorithm = "ppo"
+
+
+class CISPOTrainer(BaseTrainer):
+    algorithm = "cispo"
+
+
+class RLAIFTrainer(BaseTrainer):
+    """GRPO with a judge model's rubric score as the reward (``judge_model`` or ``judge_url`` in the config);
+    verdicts are cached in RUN/judge_cache.jsonl (in memory without an output directory)."""
+
+    algorithm = "rlaif"
+
+    def _make_reward(self, reward):
+        if reward is not None:
+            raise InputError("rlaif takes its reward from the judge (judge_model or judge_url), not a reward")
+        from .judge import JudgeReward
+
+        cache = self.run_dir.path / "judge_cache.jsonl" if self.run_dir else None
+        return JudgeReward.from_config(self.config, cache)
+
+
+TRAINERS = {cls.algorithm: cls for cls in (SFTTrainer, GRPOTrainer, GSPOTrainer, DAPOTrainer, MultiTurnGRPOTrainer,
+                                           GEPOTrainer, VAPOTrainer, PPOTrainer, CISPOTrainer, RLAIFTrainer)}
 
 
 def train_with_gspo(model, tokenizer, dataset, reward, config=None, **kwargs) -> GSPOTrainer:

@@ -2,13 +2,14 @@
 decoding settings and seed, and the same reward grades both, case by case."""
 from __future__ import annotations
 
-import statistics
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from stateset_agents.components import GradeItem
 from stateset_agents.errors import InputError
 from stateset_agents.jsonio import read_jsonl
+from stateset_agents.pipeline.evaluation_stats import add_statistics
+from stateset_agents.stats import paired_totals
 
 from .chat_format import content_text, parse_assistant
 from .rundir import seed_everything
@@ -61,7 +62,8 @@ def _answers(backend, renderer, reward, cases, config, adapter: bool) -> list[di
     grades = reward.grade(items)
     return [{"output": m, "text": content_text(m.get("content")), "score": float(g["score"]),
              "applicable": g.get("applicable", True), "breakdown": g.get("breakdown", {}),
-             "reason": g.get("reason", "")} for m, g in zip(messages, grades)]
+             "reason": g.get("reason", ""), "truncated": bool(gen.truncated)}
+            for m, g, gen in zip(messages, grades, gens)]
 
 
 def evaluate(backend, renderer, reward, cases: Sequence[dict[str, Any]], config) -> dict[str, Any]:
@@ -69,17 +71,9 @@ def evaluate(backend, renderer, reward, cases: Sequence[dict[str, Any]], config)
     cand = _answers(backend, renderer, reward, cases, config, adapter=True)
     rows = [{"id": c["id"], "prompt": c["prompt"], "base": b, "candidate": a, "difference": a["score"] - b["score"]}
             for c, b, a in zip(cases, base, cand)]
-    diffs = [r["difference"] for r in rows]
-    totals = {
-        "cases": len(rows),
-        "base_mean": statistics.fmean(r["base"]["score"] for r in rows),
-        "candidate_mean": statistics.fmean(r["candidate"]["score"] for r in rows),
-        "mean_difference": statistics.fmean(diffs),
-        "improved": sum(d > 0 for d in diffs),
-        "regressed": sum(d < 0 for d in diffs),
-        "unchanged": sum(d == 0 for d in diffs),
-    }
-    return {"reward": reward.identity(),
-            "decoding": {"temperature": config.temperature, "max_new_tokens": config.max_new_tokens,
-                         "seed": config.seed},
-            "totals": totals, "cases": rows}
+    totals = paired_totals([r["base"]["score"] for r in rows], [r["candidate"]["score"] for r in rows])
+    results = {"reward": reward.identity(),
+               "decoding": {"temperature": config.temperature, "max_new_tokens": config.max_new_tokens,
+                            "seed": config.seed},
+               "totals": totals, "cases": rows}
+    return add_statistics(results)  # interval, p-value, truncation and regressions: the one statistics module

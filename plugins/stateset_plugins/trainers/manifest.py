@@ -43,7 +43,8 @@ def lineage(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def write_manifest(run_path: Path, *, run_id: str, status: str, algorithm: str, config, base_model: dict,
                    dataset, committed: int, reward: dict | None, eval_summary: dict | None,
-                   failure: dict | None = None, started_at: float | None = None) -> dict[str, Any]:
+                   failure: dict | None = None, started_at: float | None = None,
+                   split_isolation: dict | None = None) -> dict[str, Any]:
     adapter = run_path / "adapter" / "adapter_model.safetensors"
     manifest = {
         "schema_version": SCHEMA_VERSION,
@@ -63,9 +64,13 @@ def write_manifest(run_path: Path, *, run_id: str, status: str, algorithm: str, 
         "reward": reward,
         "eval_summary": eval_summary,
         "failure": failure,
+        "split_isolation": split_isolation,
         "software": software_versions(),
         "started_at": started_at,
         "finished_at": time.time(),
     }
+    from stateset_agents.pipeline.lineage import seal
+
+    manifest = seal(manifest)  # a changed byte shows even where nothing else cites this manifest
     write_json(run_path / "manifest.json", manifest)
     return manifest

@@ -36,6 +36,14 @@ def _reward(request: Mapping[str, Any], reward):
     if reward is not None:
         yield reward
         return
+    from .objectives import get_objective
+
+    if getattr(get_objective(request["algorithm"]), "REWARD", None) == "judge":
+        if request.get("reward"):
+            raise InputError(f"{request['algorithm']} is rewarded by its judge (--judge-model or --judge-url); "
+                             "drop --reward", field="reward")
+        yield None  # the trainer builds the judge reward, with its cache in the run directory
+        return
     name = request.get("reward")
     if not name:
         raise InputError("a reward is required (--reward NAME)", field="reward")
@@ -80,5 +88,5 @@ def _train(request, reward, stop, handle_signals) -> Iterator[dict[str, Any]]:
         trainer = TRAINERS[algorithm](model, tokenizer, reward=grader, dataset=dataset, config=config,
                                       output_dir=request["output"], eval_prompts=cases, resume=resume,
                                       overwrite=overwrite, base_model_info=info, handle_signals=handle_signals,
-                                      stop=stop)
+                                      stop=stop, drop_overlap=bool(request.get("drop_overlap")))
         yield from trainer.events()
