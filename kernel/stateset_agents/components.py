@@ -221,7 +221,19 @@ class Evaluator(StreamingComponent):
 
 
 class Provider(Component):
-    """Rents compute for remote training. Each method takes and returns JSON-shaped dicts."""
+    """Rents compute for remote training. Each method takes and returns JSON-shaped dicts (docs/remote.md).
+
+    * `quote(request)`: ``{"provider", "gpu" (resolved id), "usd_per_gpu_hour", "storage_usd", "priced",
+      "source", "quoted_at", "image": {"name", "digest"}}``; unknown GPUs and missing credentials raise InputError.
+    * `launch(plan)`: look the run id up first and attach to a job it names; only then create one, with the run id
+      in its name and environment and a deadline enforced on the remote side. ``{"job_id", "created_at",
+      "deadline_at", "attached"}``.
+    * `status(run_id)`: ``{"state": pending|running|succeeded|failed|terminated|missing, "uptime_s",
+      "cost_per_hour", "spend_usd"?, "message"?}``. `terminate(run_id)` destroys (not merely stops) the job.
+    * `list_jobs()`: every live job labelled as ours, each with its ``run_id``.
+    * `artifacts({"run_id"})`: the job's receipt (files with sha256 and size); `read_artifact({"run_id", "path",
+      "offset", "length"})`: ``{"data_b64", "eof"}``.
+    """
 
     kind = "provider"
 
@@ -238,6 +250,12 @@ class Provider(Component):
         raise NotImplementedError
 
     def list_jobs(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def artifacts(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def read_artifact(self, request: Mapping[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
 

@@ -59,6 +59,16 @@ class ProviderStub:
                 request_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
                 response_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
                 _registered_method=True)
+        self.Artifacts = channel.unary_unary(
+                '/stateset.agents.v1.Provider/Artifacts',
+                request_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+                response_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+                _registered_method=True)
+        self.ReadArtifact = channel.unary_unary(
+                '/stateset.agents.v1.Provider/ReadArtifact',
+                request_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+                response_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+                _registered_method=True)
 
 
 class ProviderServicer:
@@ -94,6 +104,19 @@ class ProviderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Artifacts(self, request, context):
+        """Added in v1 (additive): the job's artifact receipt, and ranged reads of one artifact.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadArtifact(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProviderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -119,6 +142,16 @@ def add_ProviderServicer_to_server(servicer, server):
             ),
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
+                    request_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.FromString,
+                    response_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.SerializeToString,
+            ),
+            'Artifacts': grpc.unary_unary_rpc_method_handler(
+                    servicer.Artifacts,
+                    request_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.FromString,
+                    response_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.SerializeToString,
+            ),
+            'ReadArtifact': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadArtifact,
                     request_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.FromString,
                     response_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.SerializeToString,
             ),
@@ -256,6 +289,60 @@ class Provider:
             request,
             target,
             '/stateset.agents.v1.Provider/ListJobs',
+            stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+            stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Artifacts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stateset.agents.v1.Provider/Artifacts',
+            stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+            stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadArtifact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stateset.agents.v1.Provider/ReadArtifact',
             stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
             stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
             options,

@@ -290,6 +290,12 @@ class RemoteProvider(_RemoteMixin, Provider):
     def list_jobs(self):
         return self._call("ListJobs", {})
 
+    def artifacts(self, request):
+        return self._call("Artifacts", dict(request))
+
+    def read_artifact(self, request):
+        return self._call("ReadArtifact", dict(request))
+
 
 PROXIES = {"reward": RemoteReward, "ingestor": RemoteIngestor, "trainer": RemoteTrainer,
            "evaluator": RemoteEvaluator, "provider": RemoteProvider}

@@ -266,6 +266,7 @@ class ProviderServicer(provider_pb2_grpc.ProviderServicer):
 
         self.Quote, self.Launch = method("quote"), method("launch")
         self.Status, self.Terminate, self.ListJobs = method("status"), method("terminate"), method("list_jobs")
+        self.Artifacts, self.ReadArtifact = method("artifacts"), method("read_artifact")
 
 
 _ADD_SERVICER = {

@@ -1,0 +1,547 @@
+"""`improve run`: grade every assistant turn of `transcripts.jsonl` with a reward, curate the turns that score at or
+above a threshold into a prompt-completion training set, and say how to train on it.
+
+Outputs, in OUT:
+
+* `graded.jsonl`: one grade row per assistant turn, as the reward returned it (checked against what was asked).
+* `curated.jsonl`: the applicable turns scoring >= threshold, as conversational prompt-completion rows (see
+  `curated_row`), outside the held-out slice.
+* `held_out.jsonl`: evaluation prompts `{"id", "prompt", "tools", "metadata", "lineage"}`, one per held-out
+  conversation (the prefix before its first applicable turn after a user message). Conversations are held out by
+  a hash of their normalised first user message, so no held-out prompt equals a training prompt (exactly or
+  normalised, as `overlap` compares them).
+* `improve_summary.json` and `next_steps.md` (with the `train` command).
+
+The input is streamed in batches; memory holds a few batches, never the log. Every output is written to a temp file
+and all are renamed at the end, the summary last: a killed run leaves the old outputs or the new ones.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import shlex
+import shutil
+import tempfile
+import unicodedata
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import IO, Any, Callable, Iterator, Mapping
+
+import orjson
+
+from .._version import __version__
+from ..components import GradeItem, assistant_turns
+from ..errors import InputError, PluginError
+from ..jsonio import atomic_write, dumps, dumps_line, load_json, read_jsonl, sha256_bytes, sha256_file
+
+TRANSCRIPTS = "transcripts.jsonl"
+GRADED, CURATED, HELD_OUT = "graded.jsonl", "curated.jsonl", "held_out.jsonl"
+SUMMARY, NEXT_STEPS = "improve_summary.json", "next_steps.md"
+SUMMARY_SCHEMA = 1
+
+DEFAULT_THRESHOLD = 0.7
+DEFAULT_BATCH = 256
+DEFAULT_HELD_OUT = 0.1
+DEFAULT_BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+
+# ------------------------------------------------------------------------------------------------------ inputs
+
+
+def transcripts_path(path: str | os.PathLike) -> Path:
+    """`--transcripts` names the ingest output folder; a file is accepted too."""
+    p = Path(path)
+    return p / TRANSCRIPTS if p.is_dir() else p
+
+
+def load_policy(path: str | os.PathLike) -> Any:
+    """A policy file (YAML, or JSON by its suffix) as JSON-shaped data: it travels in the reward's config."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("policy file not found", path=str(path))
+    if p.suffix.lower() == ".json":
+        content = load_json(p)
+    else:
+        import yaml
+
+        try:
+            content = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot parse the policy as YAML: {exc}", path=str(path)) from None
+    if content is None:
+        raise InputError("the policy file is empty", path=str(path))
+    # Round-trip through JSON so an in-process reward sees exactly what an out-of-process one receives
+    # (YAML dates become strings, for one).
+    try:
+        return orjson.loads(dumps(content))
+    except TypeError as exc:
+        raise InputError(f"the policy holds a value JSON cannot carry: {exc}", path=str(path)) from None
+
+
+def _check_conversation(obj: Any, shown: str, line: int) -> dict[str, Any]:
+    def bad(message: str, field: str | None) -> None:
+        raise InputError(message, path=shown, line=line, field=field)
+
+    if not isinstance(obj, dict):
+        bad("expected a JSON object (one conversation a line)", None)
+    cid = obj.get("id")
+    if isinstance(cid, bool) or not isinstance(cid, (str, int)) or cid == "":
+        bad("missing or invalid conversation id", "id")
+    obj["id"] = str(cid)
+    messages = obj.get("messages")
+    if not isinstance(messages, list) or not messages:
+        bad("expected a non-empty list of messages", "messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            bad("expected a message object with a string role", f"messages[{i}].role")
+        if m.get("tool_calls") is not None and not isinstance(m["tool_calls"], list):
+            bad("expected a list of tool calls or null", f"messages[{i}].tool_calls")
+    for key, kind, what in (("tools", list, "a list"), ("metadata", dict, "an object"), ("source", dict, "an object")):
+        if obj.get(key) is not None and not isinstance(obj[key], kind):
+            bad(f"expected {what} or null", key)
+    return obj
+
+
+# ------------------------------------------------------------------------------------------- one message schema
+#
+# Arrow (hence `datasets`) needs one type per field across rows, so every curated message has the same keys and
+# types: role str, content str, tool_calls list|None, tool_call_id str|None, name str|None; a tool call is
+# {id: str, type: str, function: {name: str, arguments: str}}.
+
+
+def message_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: keep the text, the one part every chat template renders
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return dumps(content).decode()  # a tool result logged as an object
+
+
+def _optional_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _tool_call(call: Any) -> dict[str, Any]:
+    call = call if isinstance(call, dict) else {}
+    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+    args = fn.get("arguments")
+    return {"id": str(call.get("id") or ""), "type": str(call.get("type") or "function"),
+            "function": {"name": str(fn.get("name") or ""),
+                         "arguments": args if isinstance(args, str) else dumps({} if args is None else args).decode()}}
+
+
+def normalise_message(m: Mapping[str, Any]) -> dict[str, Any]:
+    calls = m.get("tool_calls")
+    return {"role": m["role"], "content": message_text(m.get("content")),
+            "tool_calls": [_tool_call(c) for c in calls] if calls else None,
+            "tool_call_id": _optional_str(m.get("tool_call_id")), "name": _optional_str(m.get("name"))}
+
+
+_NULLABLE = ("tool_calls", "tool_call_id", "name")
+
+
+def _message_bits(m: Mapping[str, Any]) -> int:
+    return sum(1 << i for i, key in enumerate(_NULLABLE) if m[key] is not None)
+
+
+class _Conversation:
+    """One input conversation, with its curated-row pieces built once, on first use."""
+
+    __slots__ = ("data", "line", "turns", "held_out", "_norm", "_prefix_bits", "_tools", "_metadata", "_lineage")
+
+    def __init__(self, data: dict[str, Any], line: int, held_out: bool):
+        self.data, self.line, self.held_out = data, line, held_out
+        self.turns = assistant_turns(data)
+        self._norm: list[dict] | None = None
+
+    def _build(self, source_path: str, source_sha256: Future) -> None:
+        self._norm = [normalise_message(m) for m in self.data["messages"]]
+        bits, self._prefix_bits = 0, []
+        for m in self._norm:
+            self._prefix_bits.append(bits)
+            bits |= _message_bits(m)
+        # Arrow cannot hold arbitrary JSON (tool schemas, metadata) in one column type; TRL parses `tools` text.
+        self._tools = dumps(self.data.get("tools") or []).decode()
+        self._metadata = dumps(self.data.get("metadata") or {}).decode()
+        src = self.data.get("source") or {}
+        line = src.get("line")
+        self._lineage = {"conversation_id": self.data["id"], "source_path": str(src.get("path") or source_path),
+                         "source_sha256": str(src.get("sha256") or source_sha256.result()),
+                         "line": line if isinstance(line, int) and not isinstance(line, bool) else self.line}
+
+    def curated_row(self, turn: int, score: float, source: tuple[str, Future]) -> tuple[dict[str, Any], int]:
+        """The training row for `turn`, and which nullable fields it fills (prompt: bits 0-2, completion: 3-5)."""
+        if self._norm is None:
+            self._build(*source)
+        row = {"prompt": self._norm[:turn], "completion": [self._norm[turn]], "tools": self._tools,
+               "score": score, "metadata": self._metadata, "lineage": {**self._lineage, "turn_index": turn}}
+        return row, self._prefix_bits[turn] | (_message_bits(self._norm[turn]) << len(_NULLABLE))
+
+    def held_out_row(self, turn: int, source: tuple[str, Future]) -> dict[str, Any]:
+        if self._norm is None:
+            self._build(*source)
+        return {"id": f"{self.data['id']}#{turn}", "prompt": self._norm[:turn], "tools": self.data.get("tools") or [],
+                "metadata": self.data.get("metadata") or {}, "lineage": {**self._lineage, "turn_index": turn}}
+
+
+def split_key(messages: list[Mapping[str, Any]]) -> str:
+    """What decides the held-out split: the letters and digits of the first user message, NFKC and case folded.
+    That is coarser than the overlap check's normalising (`overlap.normalise_text`: case folded, punctuation dropped,
+    whitespace collapsed), so two prompts it calls equal always fall on the same side; and it is C-speed."""
+    for m in messages:
+        if m.get("role") == "user":
+            text = unicodedata.normalize("NFKC", message_text(m.get("content"))).casefold()
+            return "".join(filter(str.isalnum, text))
+    return ""
+
+
+def is_held_out(messages: list[Mapping[str, Any]], fraction: float) -> bool:
+    if fraction <= 0:
+        return False
+    return int(sha256_bytes(split_key(messages).encode())[:16], 16) < fraction * 2 ** 64
+
+
+def decode_curated(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A curated row with its JSON-text columns (`tools`, `metadata`) parsed back."""
+    return {**row, "tools": orjson.loads(row["tools"]), "metadata": orjson.loads(row["metadata"])}
+
+
+# ------------------------------------------------------------------------------------------------------ outputs
+
+
+class _Sink:
+    """A binary output that keeps the sha256, size and row count of what it was given. Rows arrive a batch at a
+    time: one write per batch keeps the per-row cost (and, beside a gRPC reward, GIL hand-offs) down."""
+
+    def __init__(self, f: IO[bytes]):
+        self.f, self.sha, self.bytes, self.rows = f, hashlib.sha256(), 0, 0
+        self.pending: list[bytes] = []
+
+    def add(self, line: bytes) -> None:
+        self.pending.append(line)
+
+    def flush(self) -> None:
+        if self.pending:
+            self._write(b"".join(self.pending), len(self.pending))
+            self.pending = []
+
+    def _write(self, data: bytes, rows: int) -> None:
+        self.f.write(data)
+        self.sha.update(data)
+        self.bytes += len(data)
+        self.rows += rows
+
+    def describe(self) -> dict[str, Any]:
+        return {"sha256": self.sha.hexdigest(), "bytes": self.bytes, "rows": self.rows}
+
+
+class _CuratedSink(_Sink):
+    """Curated rows in input order, except that a row filling a nullable field that no earlier row filled, when it
+    comes after the first MiB of the file, moves to the head. `datasets` infers the schema from the file's first chunk
+    (10 MiB unless told otherwise) and casts later chunks to it, so a field null throughout that chunk (no tool call
+    yet) would make a later chunk fail to load. The move rewrites the file once, at the end, and only then."""
+
+    EARLY_BYTES = 1 << 20
+
+    def __init__(self, f: IO[bytes], spill_dir: Path):
+        super().__init__(f)
+        self.spill_dir, self.seen, self.late, self.pending_bytes = spill_dir, 0, [], 0
+
+    def add_row(self, row: dict[str, Any], bits: int) -> None:
+        line = dumps_line(row)
+        if bits & ~self.seen and self.bytes + self.pending_bytes > self.EARLY_BYTES:
+            self.late.append(line)
+        else:
+            self.add(line)
+            self.pending_bytes += len(line)
+        self.seen |= bits
+
+    def flush(self) -> None:
+        super().flush()
+        self.pending_bytes = 0
+
+    def finish(self) -> None:
+        self.flush()
+        if not self.late:
+            return
+        body, rows = self.f, self.rows
+        with tempfile.TemporaryFile(dir=self.spill_dir) as spill:
+            body.seek(0)
+            shutil.copyfileobj(body, spill, 1 << 20)
+            body.seek(0)
+            body.truncate()
+            self.sha, self.bytes, self.rows = hashlib.sha256(), 0, 0
+            self._write(b"".join(self.late), len(self.late))
+            spill.seek(0)
+            while block := spill.read(1 << 20):
+                self._write(block, 0)
+        self.rows = rows + len(self.late)
+
+
+class _Tally:
+    """Score distribution and per-check means over applicable turns, in constant memory: scores are counted by
+    value rounded to 4 decimals, so the quantiles are exact to 1e-4 whatever the input size."""
+
+    def __init__(self):
+        self.values: Counter[float] = Counter()
+        self.checks: dict[str, list[float]] = {}
+
+    def add(self, score: float, breakdown: Any) -> None:
+        self.values[round(score, 4)] += 1
+        if isinstance(breakdown, dict):
+            for key, value in breakdown.items():
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    acc = self.checks.setdefault(key, [0.0, 0])
+                    acc[0] += float(value)
+                    acc[1] += 1
+
+    def summary(self) -> dict[str, Any]:
+        n = sum(self.values.values())
+        counts = [0] * 10
+        for value, c in self.values.items():
+            counts[min(int(value * 10), 9)] += c
+        ordered = sorted(self.values.items())
+        quantiles: dict[str, float | None] = {}
+        for q in QUANTILES:
+            rank, seen, found = max(1, math.ceil(q * n)), 0, None  # nearest rank
+            for value, c in ordered:
+                seen += c
+                if seen >= rank:
+                    found = value
+                    break
+            quantiles[f"p{round(q * 100)}"] = found
+        return {
+            "over": "applicable turns", "n": n,
+            "mean": sum(v * c for v, c in ordered) / n if n else None,
+            "quantiles": quantiles,
+            "histogram": {"edges": [i / 10 for i in range(11)], "counts": counts},
+            "checks": {k: {"mean": s / c, "n": c} for k, (s, c) in sorted(self.checks.items())},
+        }
+
+
+def train_command(*, dataset: str, reward: str, base_model: str, eval_prompts: str, output: str,
+                  policy: str | None = None, algorithm: str = "grpo") -> str:
+    argv = ["stateset-agents", "train", "--dataset", dataset, "--algorithm", algorithm, "--reward", reward]
+    if policy:
+        argv += ["--policy", policy]
+    argv += ["--base-model", base_model, "--eval-prompts", eval_prompts, "--output", output]
+    return shlex.join(argv)
+
+
+# ------------------------------------------------------------------------------------------------------ the step
+
+
+def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.PathLike, *,
+                threshold: float = DEFAULT_THRESHOLD, policy: str | os.PathLike | None = None,
+                runtime: str = "inprocess", held_out_fraction: float = DEFAULT_HELD_OUT,
+                base_model: str = DEFAULT_BASE_MODEL, batch_size: int = DEFAULT_BATCH,
+                on_progress: Callable[[dict[str, int]], None] | None = None) -> dict[str, Any]:
+    """Grade, curate, and write OUT's files; returns the summary (as written to improve_summary.json)."""
+    from ..runtimes import load_component
+
+    if not 0.0 <= threshold <= 1.0:
+        raise InputError(f"threshold must lie in [0, 1], got {threshold}", field="threshold")
+    if not 0.0 <= held_out_fraction < 1.0:
+        raise InputError(f"held-out fraction must lie in [0, 1), got {held_out_fraction}", field="held_out")
+    if batch_size < 1:
+        raise InputError("batch size must be at least 1", field="batch_size")
+    src = transcripts_path(transcripts)
+    shown = str(src)
+    if not src.is_file():
+        raise InputError("file not found (run `stateset-agents ingest` to make it)", path=shown)
+    policy_path = os.path.abspath(policy) if policy is not None else None
+    config = {"policy": load_policy(policy_path)} if policy_path else {}
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+
+    with load_component(reward, kind="reward", config=config, runtime=runtime) as grader, \
+            ThreadPoolExecutor(1) as hasher:
+        # hashlib releases the GIL on large blocks, so the input's digest costs no time beside the parsing.
+        input_sha = hasher.submit(sha256_file, src)
+        identity = grader.identity()
+        who = f"reward:{identity['name']}"
+        with contextlib.ExitStack() as stack:
+            # Entered first, so renamed last: the summary marks a complete set of outputs.
+            summary_file = stack.enter_context(atomic_write(out / SUMMARY))
+            next_file = stack.enter_context(atomic_write(out / NEXT_STEPS, "w"))
+            curated_sink = _CuratedSink(stack.enter_context(atomic_write(out / CURATED, "w+b")), out)
+            held_sink = _Sink(stack.enter_context(atomic_write(out / HELD_OUT)))
+            graded_sink = _Sink(stack.enter_context(atomic_write(out / GRADED)))
+            counts = _grade_all(grader, who, src, shown, input_sha, threshold, held_out_fraction, batch_size,
+                                graded_sink, held_sink, curated_sink, on_progress)
+            curated_sink.finish()
+            outputs = {GRADED: graded_sink.describe(), CURATED: curated_sink.describe(),
+                       HELD_OUT: held_sink.describe()}
+            tally = counts.pop("tally")
+            summary = {
+                "schema_version": SUMMARY_SCHEMA,
+                "step": "improve",
+                "stateset_agents": __version__,
+                "input": {"transcripts": {"path": os.path.abspath(src), "sha256": input_sha.result(),
+                                          "bytes": src.stat().st_size}},
+                "policy": {"path": policy_path, "sha256": sha256_file(policy_path)} if policy_path else None,
+                "reward": {**identity, "component": who},
+                "runtime": runtime,
+                "threshold": threshold,
+                "held_out": {"fraction": held_out_fraction,
+                             "split_by": "sha256 of the first user message's letters and digits, case folded"},
+                "output_dir": os.path.abspath(out),
+                "counts": counts,
+                "scores": tally.summary(),
+                "outputs": outputs,
+            }
+            held_path = os.path.abspath(out / HELD_OUT) if counts["held_out_prompts"] else None
+            summary["train_command"] = train_command(
+                dataset=os.path.abspath(out / CURATED), reward=identity["name"], policy=policy_path,
+                base_model=base_model, eval_prompts=held_path or "HELD_OUT_PROMPTS.jsonl",
+                output=f"runs/{identity['name']}")
+            next_file.write(render_next_steps(summary))
+            summary_file.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+    return summary
+
+
+def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, threshold: float, fraction: float,
+               batch_size: int, graded: _Sink, held: _Sink, curated: _CuratedSink,
+               on_progress: Callable[[dict[str, int]], None] | None) -> dict[str, Any]:
+    source = (os.path.abspath(src), input_sha)
+    tally = _Tally()
+    c = dict.fromkeys(("conversations", "turns_graded", "applicable", "not_applicable", "at_or_above_threshold",
+                       "curated", "curated_conversations", "held_out_conversations", "held_out_prompts",
+                       "held_out_turns_withheld"), 0)
+    in_flight: deque[list[_Conversation]] = deque()
+
+    def batches() -> Iterator[list[GradeItem]]:
+        batch: list[_Conversation] = []
+        for line, obj in read_jsonl(src, display=shown):
+            data = _check_conversation(obj, shown, line)
+            c["conversations"] += 1
+            conv = _Conversation(data, line, is_held_out(data["messages"], fraction))
+            c["held_out_conversations"] += conv.held_out
+            if conv.turns:  # nothing to ask the reward about a conversation without assistant turns
+                batch.append(conv)
+            if len(batch) >= batch_size:
+                in_flight.append(batch)
+                yield [GradeItem(conv.data) for conv in batch]
+                batch = []
+        if batch:
+            in_flight.append(batch)
+            yield [GradeItem(conv.data) for conv in batch]
+
+    # An out-of-process reward pipelines batches (its grading overlaps our parsing and writing) through grade_many.
+    grade_many = getattr(grader, "grade_many", None)
+    results = grade_many(batches()) if grade_many else (grader.grade(items) for items in batches())
+    for rows in results:
+        batch = in_flight.popleft()
+        expected = sum(len(conv.turns) for conv in batch)
+        if len(rows) != expected:
+            raise PluginError(who, "grade", f"returned {len(rows)} grades for {expected} assistant turns")
+        rows_iter = iter(rows)
+        for conv in batch:
+            prompt_written = False
+            had_curated = False
+            for turn in conv.turns:
+                row = next(rows_iter)
+                score, applicable = _check_grade(row, conv.data["id"], turn, who)
+                graded.add(dumps_line(row))
+                c["turns_graded"] += 1
+                if not applicable:
+                    c["not_applicable"] += 1
+                    continue
+                c["applicable"] += 1
+                tally.add(score, row.get("breakdown"))
+                if conv.held_out:
+                    # The prompt must hold the first user message (the split key) to be safe from collisions.
+                    if not prompt_written and any(m.get("role") == "user" for m in conv.data["messages"][:turn]):
+                        held.add(dumps_line(conv.held_out_row(turn, source)))
+                        c["held_out_prompts"] += 1
+                        prompt_written = True
+                    if score >= threshold:
+                        c["held_out_turns_withheld"] += 1
+                    continue
+                if score >= threshold:
+                    curated.add_row(*conv.curated_row(turn, score, source))
+                    c["curated"] += 1
+                    had_curated = True
+            c["curated_conversations"] += had_curated
+        for sink in (graded, held, curated):
+            sink.flush()
+        if on_progress:
+            on_progress({"conversations": c["conversations"], "turns": c["turns_graded"]})
+    c["at_or_above_threshold"] = c["curated"] + c["held_out_turns_withheld"]
+    if c["conversations"] == 0:
+        raise InputError("no conversations in this file", path=shown)
+    if c["turns_graded"] == 0:
+        raise InputError("no assistant turns to grade in any conversation", path=shown, field="messages")
+    return {**c, "tally": tally}
+
+
+def _check_grade(row: Any, cid: str, turn: int, who: str) -> tuple[float, bool]:
+    """The reward must answer the turn asked, in order, with a score in [0, 1]: anything else is its fault."""
+    if not isinstance(row, dict) or row.get("conversation_id") != cid or row.get("turn_index") != turn:
+        got = (row.get("conversation_id"), row.get("turn_index")) if isinstance(row, dict) else type(row).__name__
+        raise PluginError(who, "grade", f"expected the grade of conversation {cid!r} turn {turn}, got {got!r}")
+    score, applicable = row.get("score"), row.get("applicable")
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:
+        raise PluginError(who, "grade", f"score {score!r} for conversation {cid!r} turn {turn} is not in [0, 1]")
+    if not isinstance(applicable, bool):
+        raise PluginError(who, "grade", f"'applicable' for conversation {cid!r} turn {turn} is not a boolean")
+    return float(score), applicable
+
+
+# --------------------------------------------------------------------------------------------- reading results
+
+
+def render_next_steps(summary: Mapping[str, Any]) -> str:
+    c, reward, scores = summary["counts"], summary["reward"], summary["scores"]
+    out = summary["output_dir"]
+    mean = f"{scores['mean']:.3f}" if scores["mean"] is not None else "n/a"
+    lines = [
+        "# Next steps",
+        "",
+        f"`{reward['component']}` {reward['version']} (config sha256 {reward['config_sha256'][:12]}) graded "
+        f"{c['turns_graded']} assistant turns in {c['conversations']} conversations "
+        f"(transcripts sha256 {summary['input']['transcripts']['sha256'][:12]}).",
+        f"{c['applicable']} turns were applicable, mean score {mean}; {c['curated']} scored at or above "
+        f"{summary['threshold']} and are in `curated.jsonl` (from {c['curated_conversations']} conversations), "
+        "each a prompt (the conversation before the turn) and that one turn as the completion.",
+    ]
+    if c["held_out_prompts"]:
+        lines.append(
+            f"{c['held_out_conversations']} conversations (about {summary['held_out']['fraction']:.0%}, chosen by a "
+            "hash of the first user message) are held out: none of their turns is curated, and "
+            f"`held_out.jsonl` holds {c['held_out_prompts']} evaluation prompts from them.")
+    else:
+        lines.append(
+            "No held-out prompts were split off. Write evaluation prompts (`.jsonl` with `prompt` and `metadata`, "
+            "or `.txt`, one a line) that share no prompt with `curated.jsonl`, and pass them as --eval-prompts "
+            "(the command below names them HELD_OUT_PROMPTS.jsonl).")
+    if c["curated"] == 0:
+        lines += ["", "**No turn reached the threshold**: lower `--threshold` (the score quantiles are in "
+                  "`improve_summary.json`) or check that the reward fits these logs. Training refuses an empty set."]
+    lines += ["", "## Train", "", "Paths are absolute, so this runs from any directory (pick another base model "
+              "with --base-model):", "", f"    {summary['train_command']}", "", "## Look first", "",
+              f"- `stateset-agents improve status {shlex.quote(out)}`: counts, score distribution, per-check means.",
+              f"- `stateset-agents improve audit --graded {shlex.quote(os.path.join(out, GRADED))} --labels "
+              "LABELS.jsonl`: does the reward track a label you trust (resolution, CSAT)?"]
+    return "\n".join(lines) + "\n"
+
+
+def read_summary(directory: str | os.PathLike) -> dict[str, Any]:
+    """The summary of an improve output folder, with each output checked against it (`ok`, `missing`, `changed`)."""
+    path = Path(directory) / SUMMARY
+    if not path.is_file():
+        raise InputError(f"no {SUMMARY} here: run `stateset-agents improve run --output {directory}` first",
+                         path=str(path))
+    summary = load_json(path)
+    if not isinstance(summary, dict) or summary.get("step") != "improve":
+        raise InputError("not an improve summary", path=str(path), field="step")
+    for name, info in (summary.get("outputs") or {}).items():
+        f = Path(directory) / name
+        info["state"] = "missing" if not f.is_file() else ("ok" if f.stat().st_size == info["bytes"] else "changed")
+    return summary

@@ -1,0 +1,95 @@
+"""The configuration `finetune` and `train-remote` share: its JSON schema, loading, and validation that reports
+every error with its field path (not just the first)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import InputError
+
+PROVIDERS = ("local", "runpod", "modal", "river")
+ALGORITHMS = ("sft", "grpo", "multi_turn_grpo", "gspo", "dapo")
+
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "stateset-agents remote training config",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["dataset"],
+    "properties": {
+        "provider": {"enum": list(PROVIDERS), "default": "local", "description": "Where the job runs."},
+        "provider_config": {"type": "object", "description": "Provider-specific options (cloud_type, region...)."},
+        "dataset": {"type": "string", "minLength": 1, "description": "curated.jsonl from `improve run`."},
+        "eval_prompts": {"type": ["string", "null"], "description": "Held-out prompts (.txt or .jsonl)."},
+        "base_model": {"type": ["string", "null"], "description": "Hub id or path on the remote side."},
+        "algorithm": {"enum": list(ALGORITHMS), "default": "sft"},
+        "reward": {"type": ["string", "null"], "description": "Reward component (required by the trainer)."},
+        "reward_config": {"type": "object"},
+        "training": {"type": "object", "description": "Objective fields (steps, batch_size, seed, ...)."},
+        "gpu": {"type": ["string", "null"], "description": "Provider GPU id or a short name (H100, A100-80GB)."},
+        "gpus": {"type": "integer", "minimum": 1, "maximum": 8, "default": 1},
+        "max_hours": {"type": "number", "exclusiveMinimum": 0, "maximum": 72, "default": 2},
+        "max_cost_usd": {"type": "number", "exclusiveMinimum": 0,
+                         "description": "Hard cap in USD; the job is refused or terminated before exceeding it."},
+        "storage_gb": {"type": "number", "minimum": 0, "maximum": 2000, "default": 20},
+        "image": {"type": ["string", "null"],
+                  "description": "Trainer image, pinned as NAME@sha256:DIGEST (remote providers)."},
+        "salt": {"type": ["string", "null"], "description": "Set by --new-run: runs the same job again."},
+    },
+}
+
+DEFAULTS = {k: v["default"] for k, v in SCHEMA["properties"].items() if "default" in v}
+
+
+def validation_errors(config: Any, *, base: Path | None = None) -> list[tuple[str, str]]:
+    """Every problem as (field path, message); files are checked for existence relative to `base`."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    errors = [(".".join(str(p) for p in e.absolute_path) or "(root)", e.message)
+              for e in sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])]
+    if isinstance(config, Mapping):
+        for key in ("dataset", "eval_prompts"):
+            value = config.get(key)
+            if isinstance(value, str) and value and not resolve_path(value, base).is_file():
+                errors.append((key, f"file not found: {value}"))
+    return errors
+
+
+def resolve_path(value: str, base: Path | None) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() or base is None else base / path
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read a YAML/JSON config file (not yet validated)."""
+    import yaml
+
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("config file not found", path=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"cannot parse the config: {exc}", path=str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("the config must be a mapping", path=str(path))
+    # relative file paths in a config file are relative to that file
+    for key in ("dataset", "eval_prompts"):
+        if isinstance(data.get(key), str):
+            data[key] = str(resolve_path(data[key], path.parent))
+    return data
+
+
+def validated(config: Mapping[str, Any], *, source: str | None = None) -> dict[str, Any]:
+    """Defaults filled in; raises one InputError listing every problem."""
+    errors = validation_errors(dict(config))
+    if errors:
+        listing = "; ".join(f"{where}: {message}" for where, message in errors)
+        raise InputError(f"{len(errors)} problem(s) in the config: {listing}", path=source,
+                         field=errors[0][0] if len(errors) == 1 else None)
+    full = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+    full.setdefault("training", {})
+    full.setdefault("reward_config", {})
+    full.setdefault("provider_config", {})
+    return full

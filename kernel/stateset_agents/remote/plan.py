@@ -1,0 +1,124 @@
+"""Plans: a private workspace holding a snapshot of the dataset and config, and `plan.json` bound by a checksum.
+
+    WORKSPACE/ (0700)
+        dataset.jsonl, eval_prompts.<ext>   byte copies of the inputs
+        config.json                         the validated config, paths rewritten to the snapshots
+        plan.json                           run id, provider, GPU, image + digest, hours, quote, worst case, checksum
+
+The run id is a digest of what defines the job (dataset and eval sha256, config, provider, GPU type and count, image
+digest, max hours, and the --new-run salt), never of the quote or the cap: the same job always gets the same id, so a
+retried launch finds the job it already created instead of renting a second machine.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import shutil
+import tarfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import InputError
+from ..jsonio import digest, load_json, sha256_bytes, sha256_file, write_json
+from .state import private_dir
+
+PLAN_VERSION = 1
+PLAN_FILE = "plan.json"
+#: config keys that do not define the job (the cap is a budget, not part of the work)
+_NOT_IDENTITY = ("max_cost_usd", "dataset", "eval_prompts")
+
+
+def run_id_for(config: Mapping[str, Any], *, dataset_sha256: str, eval_sha256: str | None, gpu_id: str,
+               image_digest: str | None) -> str:
+    identity = {
+        "dataset_sha256": dataset_sha256, "eval_sha256": eval_sha256,
+        "config": {k: v for k, v in config.items() if k not in _NOT_IDENTITY},
+        "provider": config["provider"], "gpu": gpu_id, "gpus": config["gpus"], "image_digest": image_digest,
+        "max_hours": config["max_hours"],
+    }
+    return "sa-" + digest(identity)[:20]
+
+
+def plan_checksum(plan: Mapping[str, Any]) -> str:
+    return digest({k: v for k, v in plan.items() if k != "checksum"})
+
+
+def snapshot_inputs(config: Mapping[str, Any], workspace: Path) -> dict[str, Any]:
+    """Copy the dataset (and held-out prompts) into the workspace; returns their identities."""
+    private_dir(workspace)
+    out: dict[str, Any] = {}
+    for key, stem in (("dataset", "dataset"), ("eval_prompts", "eval_prompts")):
+        src = config.get(key)
+        if not src:
+            continue
+        src_path = Path(src)
+        if not src_path.is_file():
+            raise InputError("file not found", path=str(src), field=key)
+        name = stem + "".join(src_path.suffixes[-2:]) if stem == "eval_prompts" else "dataset.jsonl"
+        shutil.copyfile(src_path, workspace / name)
+        out[key] = {"file": name, "sha256": sha256_file(workspace / name), "source": str(src)}
+    return out
+
+
+def write_plan(workspace: Path, config: Mapping[str, Any], inputs: Mapping[str, Any], *, gpu_id: str,
+               image: Mapping[str, Any], quote: Mapping[str, Any], worst_case_usd: float) -> dict[str, Any]:
+    run_id = run_id_for(config, dataset_sha256=inputs["dataset"]["sha256"],
+                        eval_sha256=(inputs.get("eval_prompts") or {}).get("sha256"), gpu_id=gpu_id,
+                        image_digest=image.get("digest"))
+    snap_config = {**config, "dataset": inputs["dataset"]["file"],
+                   "eval_prompts": (inputs.get("eval_prompts") or {}).get("file")}
+    write_json(workspace / "config.json", snap_config)
+    now = time.time()
+    plan = {
+        "plan_version": PLAN_VERSION, "run_id": run_id, "provider": config["provider"],
+        "gpu": {"id": gpu_id, "count": config["gpus"]}, "image": dict(image), "max_hours": config["max_hours"],
+        "max_cost_usd": config["max_cost_usd"], "quote": dict(quote), "worst_case_usd": worst_case_usd,
+        "inputs": dict(inputs), "config_sha256": digest(snap_config), "config": snap_config,
+        "created_at": now, "created_at_iso": datetime.fromtimestamp(now, timezone.utc).isoformat(),
+    }
+    plan["checksum"] = plan_checksum(plan)
+    write_json(workspace / PLAN_FILE, plan)
+    return plan
+
+
+def load_verified(workspace: str | Path) -> dict[str, Any]:
+    """The plan, refused if it or any snapshot changed since `prepare` wrote it."""
+    workspace = Path(workspace)
+    plan = load_json(workspace / PLAN_FILE)
+    where = str(workspace / PLAN_FILE)
+    if plan.get("checksum") != plan_checksum(plan):
+        raise InputError("the plan was edited after prepare (checksum mismatch); run `finetune prepare` again",
+                         path=where, field="checksum")
+    for key, ident in (plan.get("inputs") or {}).items():
+        path = workspace / ident["file"]
+        if not path.is_file() or sha256_file(path) != ident["sha256"]:
+            raise InputError(f"the {key} snapshot changed after prepare; run `finetune prepare` again",
+                             path=str(path), field=key)
+    if load_json(workspace / "config.json") != plan["config"]:
+        raise InputError("config.json was edited after prepare; run `finetune prepare` again",
+                         path=str(workspace / "config.json"))
+    return plan
+
+
+def bundle(workspace: Path, plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The workspace as one gzipped tar (base64 for JSON transport) that the remote worker unpacks."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name in [PLAN_FILE, "config.json"] + [i["file"] for i in (plan.get("inputs") or {}).values()]:
+            info = tar.gettarinfo(str(workspace / name), arcname=name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            with open(workspace / name, "rb") as f:
+                tar.addfile(info, f)
+    data = buf.getvalue()
+    return {"b64": base64.b64encode(data).decode(), "sha256": sha256_bytes(data), "size": len(data)}
+
+
+def unpack_bundle(b: Mapping[str, Any], dest: Path) -> None:
+    data = base64.b64decode(b["b64"])
+    if sha256_bytes(data) != b["sha256"]:
+        raise InputError("the workspace bundle is corrupt (sha256 mismatch)")
+    private_dir(dest)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(dest, filter="data")  # the data filter refuses absolute paths, links out and devices

@@ -1,0 +1,112 @@
+"""Local state for remote runs: one directory (0700), configurable for tests.
+
+    STATE/runs/RUN_ID.json    the run record: plan checksum, provider, workspace, output dir, job, phase
+    STATE/locks/RUN_ID.lock   fcntl lock held around look-up-then-create, so two invocations never both create
+    STATE/ledger.jsonl        one line per finished (or abandoned) job: what it spent
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+
+from ..errors import StatesetError
+from ..jsonio import dumps_line, load_json, write_json
+
+STATE_DIR_ENV = "STATESET_AGENTS_STATE_DIR"
+#: run phases after which nothing should be running any more
+FINAL_PHASES = ("completed", "failed", "cancelled", "capped", "collected")
+
+
+def state_dir() -> Path:
+    explicit = os.environ.get(STATE_DIR_ENV)
+    if explicit:
+        base = Path(explicit)
+    else:
+        xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        base = Path(xdg) / "stateset-agents"
+    base.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return base
+
+
+def private_dir(path: Path) -> Path:
+    """A directory only its owner can read: datasets and tokens live there."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+@contextlib.contextmanager
+def run_lock(run_id: str, timeout: float = 60.0) -> Iterator[None]:
+    """Exclusive per-run lock across processes on this machine (released if the holder dies)."""
+    path = private_dir(state_dir() / "locks") / f"{run_id}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise StatesetError(f"run {run_id} is locked by another stateset-agents process") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def record_path(run_id: str) -> Path:
+    return private_dir(state_dir() / "runs") / f"{run_id}.json"
+
+
+def load_record(run_id: str) -> dict[str, Any] | None:
+    path = record_path(run_id)
+    return load_json(path) if path.exists() else None
+
+
+def save_record(record: dict[str, Any]) -> dict[str, Any]:
+    record["updated_at"] = time.time()
+    write_json(record_path(record["run_id"]), record)
+    return record
+
+
+def update_record(run_id: str, **fields: Any) -> dict[str, Any]:
+    record = load_record(run_id) or {"run_id": run_id}
+    record.update(fields)
+    return save_record(record)
+
+
+def all_records() -> list[dict[str, Any]]:
+    return [load_json(p) for p in sorted((state_dir() / "runs").glob("*.json"))] \
+        if (state_dir() / "runs").is_dir() else []
+
+
+def ledger_path() -> Path:
+    return state_dir() / "ledger.jsonl"
+
+
+def append_ledger(entry: dict[str, Any]) -> None:
+    # one O_APPEND write of a whole line: concurrent writers never interleave within a line
+    entry = {"at": time.time(), **entry}
+    fd = os.open(ledger_path(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, dumps_line(entry))
+    finally:
+        os.close(fd)
+
+
+def read_ledger() -> list[dict[str, Any]]:
+    path = ledger_path()
+    if not path.exists():
+        return []
+    rows = []
+    for raw in path.read_bytes().splitlines():
+        with contextlib.suppress(orjson.JSONDecodeError):
+            rows.append(orjson.loads(raw))
+    return rows

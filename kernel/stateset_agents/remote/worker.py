@@ -1,0 +1,170 @@
+"""The job side: what runs next to the trainer, on this machine (`local`) or in the trainer image (`runpod`, `modal`).
+
+    python -m stateset_agents.remote.worker run JOB_DIR          run the job in JOB_DIR (workspace already there)
+    python -m stateset_agents.remote.worker pod                  unpack the bundle from the environment into
+                                                                 $STATESET_JOB_DIR, serve /status, /receipt and
+                                                                 /files over HTTP (bearer token), run, keep serving
+
+It honours the deadline (`STATESET_DEADLINE_AT`, epoch seconds counted from the job's creation): the trainer is
+asked to stop, then the process exits, and in a pod the provider is asked to terminate the pod itself, so a job
+whose client vanished still cannot outlive its budget. It writes `status.json` as it goes and, at the end,
+`receipt.json`: every artifact under run/ with its sha256, which the kernel checks after download.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..jsonio import dumps_line, load_json, sha256_file, write_json
+
+DEADLINE_ENV = "STATESET_DEADLINE_AT"
+RUN_ID_ENV = "STATESET_RUN_ID"
+TOKEN_ENV = "STATESET_RUN_TOKEN"
+BUNDLE_ENV = "STATESET_BUNDLE_B64"  # base64 of the gzipped workspace tar (no quotes: it rides in GraphQL)
+BUNDLE_SHA_ENV = "STATESET_BUNDLE_SHA256"
+PROVIDER_ENV = "STATESET_PROVIDER"
+GRACE_S = 60.0  # from the stop request to a hard exit
+
+
+def receipt_for(run_dir: Path, run_id: str, state: str, final: dict[str, Any] | None) -> dict[str, Any]:
+    files = []
+    if run_dir.is_dir():
+        for path in sorted(p for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith(".")):
+            files.append({"path": path.relative_to(run_dir).as_posix(), "sha256": sha256_file(path),
+                          "size": path.stat().st_size})
+    return {"run_id": run_id, "state": state, "files": files, "final_event": final, "written_at": time.time()}
+
+
+def request_for(job: Path, config: dict[str, Any]) -> dict[str, Any]:
+    return {"algorithm": config["algorithm"], "dataset": str(job / config["dataset"]),
+            "eval_prompts": str(job / config["eval_prompts"]) if config.get("eval_prompts") else None,
+            "base_model": config.get("base_model"), "reward": config.get("reward"),
+            "reward_config": config.get("reward_config") or {}, "config": config.get("training") or {},
+            "output": str(job / "run")}
+
+
+def _status(job: Path, **fields: Any) -> None:
+    current = load_json(job / "status.json") if (job / "status.json").exists() else {}
+    write_json(job / "status.json", {**current, **fields, "updated_at": time.time()})
+
+
+def run_job(job: Path) -> int:
+    """Run the trainer for the job in `job`; exit code 0 when it completed."""
+    lock = os.open(job / "worker.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 3  # another worker owns this job: never train twice
+    plan = load_json(job / "plan.json")
+    config = load_json(job / "config.json")
+    run_id = plan["run_id"]
+    deadline = float(os.environ.get(DEADLINE_ENV) or plan["created_at"] + plan["max_hours"] * 3600)
+    _status(job, state="running", pid=os.getpid(), started_at=time.time(), deadline_at=deadline)
+    from ..runtimes import load_component
+
+    final: dict[str, Any] | None = None
+    with load_component(f"trainer:{config['algorithm']}", runtime="inprocess") as trainer:
+        def expire():
+            _status(job, deadline_reached=True)
+            trainer.cancel()
+            time.sleep(GRACE_S)
+            _status(job, state="failed", message="deadline reached", finished_at=time.time())
+            os._exit(124)
+
+        timer = threading.Timer(max(0.0, deadline - time.time()), expire)
+        timer.daemon = True
+        timer.start()
+        with open(job / "events.jsonl", "ab") as log:
+            for event in trainer.run(request_for(job, config)):
+                log.write(dumps_line(event))
+                log.flush()
+                if event.get("type") in ("completed", "failed"):
+                    final = event
+                if event.get("type") == "progress":
+                    _status(job, step=event.get("step"), total=event.get("total"))
+        timer.cancel()
+    state = "succeeded" if final and final.get("type") == "completed" else "failed"
+    write_json(job / "receipt.json", receipt_for(job / "run", run_id, state, final))
+    _status(job, state=state, finished_at=time.time(), message=(final or {}).get("message"))
+    return 0 if state == "succeeded" else 1
+
+
+def serve_files(job: Path, token: str, port: int, host: str = "0.0.0.0") -> Any:
+    """A small authenticated HTTP front for a pod: status, receipt and ranged file reads (no writes)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, unquote, urlparse
+
+    root = (job / "run").resolve()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # quiet: the job log is events.jsonl
+            pass
+
+        def _send(self, code: int, body: bytes, ctype: str = "application/json"):
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self):
+            if self.headers.get("Authorization") != f"Bearer {token}":
+                return self._send(401, b'{"error": "unauthorized"}')
+            url = urlparse(self.path)
+            if url.path in ("/status", "/receipt"):
+                path = job / f"{url.path[1:]}.json"
+                return self._send(200, path.read_bytes()) if path.exists() else self._send(404, b"{}")
+            if url.path.startswith("/files/"):
+                target = (root / unquote(url.path[len("/files/"):])).resolve()
+                if root not in target.parents or not target.is_file():
+                    return self._send(404, b"{}")
+                q = parse_qs(url.query)
+                offset, length = int(q.get("offset", ["0"])[0]), int(q.get("length", [str(1 << 20)])[0])
+                with open(target, "rb") as f:
+                    f.seek(offset)
+                    return self._send(200, f.read(length), "application/octet-stream")
+            return self._send(404, b"{}")
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def pod_main() -> int:
+    """Entry point in the trainer image: unpack, serve, run, then keep serving the artifacts until the deadline."""
+    from .plan import unpack_bundle
+
+    job = Path(os.environ.get("STATESET_JOB_DIR", "/workspace/stateset-job"))
+    if not (job / "plan.json").exists():
+        unpack_bundle({"b64": os.environ[BUNDLE_ENV], "sha256": os.environ[BUNDLE_SHA_ENV]}, job)
+    serve_files(job, os.environ[TOKEN_ENV], int(os.environ.get("STATESET_PORT", "8765")))
+    if not (job / "receipt.json").exists():  # a restarted container must not train again
+        run_job(job)
+    deadline = float(os.environ[DEADLINE_ENV])
+    while time.time() < deadline:
+        time.sleep(min(30.0, max(0.0, deadline - time.time())))
+    provider = os.environ.get(PROVIDER_ENV)
+    if provider:  # the pod's own credentials; the kernel's watchdog is the other line of defence
+        from ..runtimes import load_component
+
+        with load_component(f"provider:{provider}") as p:
+            p.terminate(os.environ[RUN_ID_ENV])
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["run"] and len(argv) == 2:
+        return run_job(Path(argv[1]))
+    if argv[:1] == ["pod"]:
+        return pod_main()
+    sys.stderr.write(__doc__ or "")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,143 @@
+"""`provider:local`: the trainer on this machine, in a detached worker process, so `--attach` works after the CLI
+exits and a Ctrl-C'd client does not take the job down with it.
+
+Price table (documented, dated): local compute is not billed, so every entry is 0 USD/hour; the cap still applies
+(it must be positive) so a plan moves between providers unchanged.
+
+Jobs live in STATE/local/jobs/RUN_ID/: the unpacked workspace, job.json (created_at, deadline_at), and what the
+worker writes (status.json, events.jsonl, run/, receipt.json, worker.log).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from stateset_agents import Provider
+from stateset_agents.jsonio import load_json, write_json
+from stateset_agents.remote import worker
+from stateset_agents.remote.gpus import resolve_gpu
+from stateset_agents.remote.plan import unpack_bundle
+from stateset_agents.remote.state import state_dir
+
+from . import VERSION, common
+
+PRICES_AS_OF = "2025-01-01"
+PRICES = {"cpu": 0.0, "local-gpu": 0.0}  # USD per device-hour
+STARTUP_GRACE_S = 120.0  # a job whose worker never wrote status.json by then has failed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie is dead
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+
+
+class LocalProvider(Provider):
+    name = "local"
+    version = VERSION
+
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        super().__init__(config)
+        self._children: dict[str, subprocess.Popen] = {}
+
+    @property
+    def root(self) -> Path:
+        return Path(self.config.get("jobs_dir") or state_dir() / "local" / "jobs")
+
+    def _job(self, run_id: str) -> Path:
+        return self.root / run_id
+
+    def quote(self, plan):
+        offered = [{"id": k, "name": k} for k in PRICES]
+        gpu = resolve_gpu(plan.get("gpu") or "cpu", offered, {"gpu": "local-gpu"}, provider="local")
+        from importlib.metadata import version
+
+        from stateset_agents.jsonio import digest
+
+        ident = {"stateset-agents": version("stateset-agents"), "python": sys.version.split()[0]}
+        return common.quote("local", gpu, PRICES[gpu], source=f"local price table as of {PRICES_AS_OF}",
+                            image={"name": "local", "digest": "sha256:" + digest(ident)})
+
+    def launch(self, plan):
+        run_id = plan["run_id"]
+        job = self._job(run_id)
+        if (job / "job.json").exists():
+            return {**load_json(job / "job.json"), "attached": True}
+        staging = self.root / f".{run_id}.creating"
+        shutil.rmtree(staging, ignore_errors=True)
+        unpack_bundle(plan["bundle"], staging)
+        created = time.time()
+        meta = {"run_id": run_id, "job_id": f"local-{run_id}", "created_at": created,
+                "deadline_at": common.deadline_for(plan, created)}
+        write_json(staging / "job.json", meta)
+        os.replace(staging, job)  # the job exists only once whole: a retry sees all of it or none
+        env = {**os.environ, worker.DEADLINE_ENV: str(meta["deadline_at"]), worker.RUN_ID_ENV: run_id}
+        with open(job / "worker.log", "ab") as log:
+            self._children[run_id] = subprocess.Popen(
+                [sys.executable, "-m", "stateset_agents.remote.worker", "run", str(job)], env=env,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return {**meta, "attached": False}
+
+    def status(self, run_id):
+        job = self._job(run_id)
+        if not (job / "job.json").exists():
+            return {"run_id": run_id, "state": "missing", "uptime_s": 0, "cost_per_hour": 0.0}
+        child = self._children.get(run_id)
+        if child is not None:
+            child.poll()  # reap our own child so it does not linger as a zombie
+        meta = load_json(job / "job.json")
+        st = load_json(job / "status.json") if (job / "status.json").exists() else {}
+        state, message = st.get("state", "pending"), st.get("message")
+        now = time.time()
+        if state == "running" and not _alive(int(st["pid"])):
+            state, message = "failed", "the worker process died"
+        elif state == "pending" and now - meta["created_at"] > STARTUP_GRACE_S:
+            state, message = "failed", "the worker never started (see worker.log)"
+        end = st.get("finished_at") or now
+        return {"run_id": run_id, "job_id": meta["job_id"], "state": state, "message": message,
+                "uptime_s": max(0.0, end - meta["created_at"]), "cost_per_hour": 0.0, "spend_usd": 0.0,
+                "step": st.get("step"), "total": st.get("total"), "deadline_at": meta["deadline_at"]}
+
+    def terminate(self, run_id):
+        job = self._job(run_id)
+        st = load_json(job / "status.json") if (job / "status.json").exists() else {}
+        if st.get("state") != "running" or not _alive(int(st.get("pid", 0))):
+            return {"run_id": run_id, "terminated": False}
+        pid = int(st["pid"])
+        os.killpg(pid, signal.SIGTERM)  # the worker leads its own session: its whole group goes
+        for _ in range(100):
+            if self._children.get(run_id):
+                self._children[run_id].poll()
+            if not _alive(pid):
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+        write_json(job / "status.json", {**st, "state": "terminated", "finished_at": time.time()})
+        return {"run_id": run_id, "terminated": True}
+
+    def list_jobs(self):
+        if not self.root.is_dir():
+            return []
+        return [self.status(p.name) for p in sorted(self.root.iterdir()) if (p / "job.json").exists()]
+
+    def artifacts(self, request):
+        path = self._job(request["run_id"]) / "receipt.json"
+        return load_json(path) if path.exists() else {"run_id": request["run_id"], "state": "missing", "files": []}
+
+    def read_artifact(self, request):
+        return common.read_slice(self._job(request["run_id"]) / "run", request)

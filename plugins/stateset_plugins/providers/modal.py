@@ -1,0 +1,135 @@
+"""`provider:modal`: a GPU function in a per-run app whose `timeout` is the remote-side deadline, a volume for the
+artifacts, and a Dict that maps run ids to calls (the cross-machine claim that makes launch idempotent).
+
+Modal publishes per-second rates but has no pricing API, so the quote comes from the dated table below (GPU plus a
+CPU/memory allowance per hour); the watchdog takes the higher of uptime x rate and Modal's billing report.
+Credentials: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or a ~/.modal.toml from `modal token new`).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from stateset_agents import Provider
+from stateset_agents.errors import InputError
+from stateset_agents.remote import worker
+from stateset_agents.remote.gpus import resolve_gpu
+
+from . import VERSION, common, modal_sdk
+
+RATES_AS_OF = "2025-06-01"
+#: USD per GPU-hour from Modal's pricing page on RATES_AS_OF
+GPU_RATES = {"T4": 0.59, "L4": 0.80, "A10G": 1.10, "L40S": 1.95, "A100-40GB": 2.10, "A100-80GB": 2.50,
+             "H100": 3.95, "H200": 4.54, "B200": 6.25}
+CPU_MEMORY_ALLOWANCE = 0.40  # USD per job-hour: a few cores and 32 GiB at that date's rates, rounded up
+ALIASES = {"a100": "A100-80GB", "h100-sxm": "H100", "a10": "A10G"}
+
+
+def _names(run_id: str) -> dict[str, str]:
+    base = common.resource_name(run_id)
+    return {"app": base, "volume": base}
+
+
+class ModalProvider(Provider):
+    name = "modal"
+    version = VERSION
+
+    def _credentials(self) -> None:
+        if (Path.home() / ".modal.toml").exists():
+            return
+        common.require_env("MODAL_TOKEN_ID", how="run `modal token new`, or export MODAL_TOKEN_ID and "
+                                                  "MODAL_TOKEN_SECRET")
+        common.require_env("MODAL_TOKEN_SECRET", how="export MODAL_TOKEN_SECRET with MODAL_TOKEN_ID")
+
+    def quote(self, plan):
+        self._credentials()
+        offered = [{"id": k, "name": k} for k in GPU_RATES]
+        if not plan.get("gpu"):
+            raise InputError(f"--gpu is required for modal; choose one of: {', '.join(GPU_RATES)}", field="gpu")
+        gpu = resolve_gpu(plan["gpu"], offered, ALIASES, provider="modal")
+        count = int(plan.get("gpus") or 1)
+        per_gpu = GPU_RATES[gpu] + CPU_MEMORY_ALLOWANCE / count
+        return common.quote("modal", gpu, per_gpu, image=common.pinned_image(plan.get("image"), None),
+                            source=f"modal rate table as of {RATES_AS_OF} (GPU ${GPU_RATES[gpu]}/h + CPU/memory "
+                                   f"allowance ${CPU_MEMORY_ALLOWANCE}/h)")
+
+    def launch(self, plan):
+        self._credentials()
+        run_id, names = plan["run_id"], _names(plan["run_id"])
+        created = time.time()
+        deadline = common.deadline_for(plan, created)
+        claimed, existing = modal_sdk.claim(run_id, {"state": "creating", "created_at": created,
+                                                     "deadline_at": deadline})
+        if not claimed:
+            return {"job_id": (existing or {}).get("call_id"), "created_at": (existing or {}).get("created_at"),
+                    "deadline_at": (existing or {}).get("deadline_at"), "attached": True}
+        env = {worker.RUN_ID_ENV: run_id, worker.DEADLINE_ENV: f"{deadline:.0f}", worker.PROVIDER_ENV: "modal",
+               "STATESET_VOLUME": names["volume"]}
+        gpu = plan["gpu"]["id"] + (f":{plan['gpu']['count']}" if int(plan["gpu"]["count"]) > 1 else "")
+        call_id = modal_sdk.spawn(run_id, app_name=names["app"], image_ref=plan["image"]["ref"], gpu=gpu,
+                                  timeout_s=int(float(plan["max_hours"]) * 3600), volume=names["volume"], env=env,
+                                  bundle_b64=plan["bundle"]["b64"], bundle_sha256=plan["bundle"]["sha256"])
+        rate = float(plan["quote"]["usd_per_gpu_hour"]) * int(plan["gpu"]["count"])
+        modal_sdk.record(run_id, {"state": "spawned", "call_id": call_id, "created_at": created,
+                                  "deadline_at": deadline, "rate": rate})
+        return {"job_id": call_id, "created_at": created, "deadline_at": deadline, "attached": False}
+
+    def status(self, run_id):
+        self._credentials()
+        entry = modal_sdk.lookup(run_id)
+        if not entry or not entry.get("call_id"):
+            state = "pending" if entry else "missing"
+            return {"run_id": run_id, "state": state, "uptime_s": 0, "cost_per_hour": 0.0}
+        state, message = modal_sdk.call_state(entry["call_id"])
+        if entry.get("state") == "terminated":
+            state = "terminated"
+        end = entry.get("finished_at") or time.time()
+        status = {"run_id": run_id, "job_id": entry["call_id"], "state": state, "message": message,
+                  "uptime_s": max(0.0, end - float(entry["created_at"])), "cost_per_hour": entry.get("rate", 0.0)}
+        try:
+            reported = modal_sdk.reported_cost(run_id, float(entry["created_at"]))
+        except Exception:  # noqa: BLE001 - the report is a second opinion; uptime x rate always applies
+            reported = None
+        if reported is not None:
+            status["spend_usd"] = reported
+        return status
+
+    def terminate(self, run_id):
+        self._credentials()
+        entry = modal_sdk.lookup(run_id)
+        if not entry or not entry.get("call_id") or entry.get("state") == "terminated":
+            return {"run_id": run_id, "terminated": False}
+        modal_sdk.cancel(entry["call_id"], _names(run_id)["app"])
+        modal_sdk.record(run_id, {**entry, "state": "terminated", "finished_at": time.time()})
+        return {"run_id": run_id, "terminated": True}
+
+    def list_jobs(self):
+        self._credentials()
+        jobs = []
+        for run_id, entry in modal_sdk.all_runs():
+            if entry.get("state") == "terminated" or not entry.get("call_id"):
+                continue
+            state, _ = modal_sdk.call_state(entry["call_id"])
+            jobs.append({"run_id": run_id, "job_id": entry["call_id"], "state": state,
+                         "uptime_s": time.time() - float(entry["created_at"]), "cost_per_hour": entry.get("rate", 0),
+                         "deadline_at": entry.get("deadline_at")})
+        return jobs
+
+    def artifacts(self, request):
+        self._credentials()
+        try:
+            return json.loads(modal_sdk.read_file(_names(request["run_id"])["volume"], "job/receipt.json"))
+        except Exception:  # noqa: BLE001 - no receipt (yet)
+            return {"run_id": request["run_id"], "state": "missing", "files": []}
+
+    def read_artifact(self, request):
+        import base64
+
+        from stateset_agents.remote.artifacts import safe_relpath
+
+        rel = safe_relpath(str(request["path"]))
+        data = modal_sdk.read_file(_names(request["run_id"])["volume"], f"job/run/{rel}")
+        offset, length = int(request.get("offset") or 0), int(request.get("length") or (1 << 20))
+        part = data[offset:offset + length]
+        return {"data_b64": base64.b64encode(part).decode(), "eof": offset + len(part) >= len(data)}

@@ -1,0 +1,110 @@
+"""The one module that touches the `modal` SDK (imported lazily, here only). Every function takes the SDK module
+as `sdk` (default: the real one), so a test can hand it an autospec of the real SDK and have every call checked
+against the installed signatures.
+
+Idempotency across machines: a Modal Dict (`stateset-runs`) maps run id -> call; `put(skip_if_exists=True)` claims
+a run atomically on Modal's side before anything is deployed, so two clients can never both create the job.
+"""
+from __future__ import annotations
+
+import time
+
+RUNS_DICT = "stateset-runs"
+
+
+def _modal(sdk=None):
+    if sdk is not None:
+        return sdk
+    import modal
+
+    return modal
+
+
+def _remote_entry(bundle_b64: str, bundle_sha256: str, env: dict) -> dict:
+    """Runs inside the container: unpack the workspace onto the volume, run the worker, commit the volume."""
+    import os
+    import subprocess
+    import sys
+
+    os.environ.update(env)
+    job = "/artifacts/job"
+    from stateset_agents.remote.plan import unpack_bundle
+
+    unpack_bundle({"b64": bundle_b64, "sha256": bundle_sha256}, __import__("pathlib").Path(job))
+    rc = subprocess.call([sys.executable, "-m", "stateset_agents.remote.worker", "run", job])
+    _modal().Volume.from_name(env["STATESET_VOLUME"]).commit()
+    return {"exit_code": rc}
+
+
+def claim(run_id: str, entry: dict, sdk=None) -> tuple[bool, dict | None]:
+    """(True, None) when this call claimed the run; (False, existing entry) when someone already had."""
+    runs = _modal(sdk).Dict.from_name(RUNS_DICT, create_if_missing=True)
+    if runs.put(run_id, entry, skip_if_exists=True):
+        return True, None
+    return False, runs.get(run_id)
+
+
+def record(run_id: str, entry: dict, sdk=None) -> None:
+    _modal(sdk).Dict.from_name(RUNS_DICT, create_if_missing=True).put(run_id, entry)
+
+
+def lookup(run_id: str, sdk=None) -> dict | None:
+    return _modal(sdk).Dict.from_name(RUNS_DICT, create_if_missing=True).get(run_id)
+
+
+def all_runs(sdk=None) -> list[tuple[str, dict]]:
+    return list(_modal(sdk).Dict.from_name(RUNS_DICT, create_if_missing=True).items())
+
+
+def spawn(run_id: str, *, app_name: str, image_ref: str, gpu: str, timeout_s: int, volume: str, env: dict,
+          bundle_b64: str, bundle_sha256: str, sdk=None) -> str:
+    """Deploy a one-function app (its timeout is the remote-side deadline) and spawn the job; the call id."""
+    modal = _modal(sdk)
+    app = modal.App(app_name, tags={"stateset_run_id": run_id})
+    vol = modal.Volume.from_name(volume, create_if_missing=True)
+    fn = app.function(image=modal.Image.from_registry(image_ref), gpu=gpu, timeout=timeout_s,
+                      volumes={"/artifacts": vol}, env=env, serialized=True, name="train", retries=0)(_remote_entry)
+    app.deploy(name=app_name)
+    call = fn.spawn(bundle_b64, bundle_sha256, env)
+    return call.object_id
+
+
+def call_state(call_id: str, sdk=None) -> tuple[str, str | None]:
+    """("running" | "succeeded" | "failed" | "terminated", message)."""
+    modal = _modal(sdk)
+    try:
+        result = modal.FunctionCall.from_id(call_id).get(timeout=0)
+    except TimeoutError:
+        return "running", None
+    except modal.exception.InputCancellation:
+        return "terminated", "cancelled"
+    except Exception as exc:  # noqa: BLE001 - the remote function raised: the job failed
+        return "failed", f"{type(exc).__name__}: {exc}"
+    ok = isinstance(result, dict) and result.get("exit_code") == 0
+    return ("succeeded" if ok else "failed"), None if ok else f"worker exited with {result!r}"
+
+
+def cancel(call_id: str, app_name: str, sdk=None) -> None:
+    modal = _modal(sdk)
+    modal.FunctionCall.from_id(call_id).cancel(terminate_containers=True)
+    modal.App.lookup(app_name).stop()  # nothing of the app keeps running (or billing) afterwards
+
+
+def read_file(volume: str, path: str, sdk=None) -> bytes:
+    return b"".join(_modal(sdk).Volume.from_name(volume).read_file(path))
+
+
+def reported_cost(run_id: str, since: float, sdk=None) -> float | None:
+    """Spend Modal's billing report attributes to the run's app (hourly resolution; it lags)."""
+    from datetime import datetime, timezone
+
+    modal = _modal(sdk)
+    start = datetime.fromtimestamp(since - since % 3600, timezone.utc)
+    rows = modal.Workspace.from_context().billing.report(start=start, resolution="h",
+                                                          tag_names=["stateset_run_id"])
+    total = sum(float(r.cost) for r in rows if (r.tags or {}).get("stateset_run_id") == run_id)
+    return total if rows else None
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,119 @@
+"""Fixtures for the provider tests: a private state dir, a plan config, and a fake of RunPod's GraphQL API that the
+real `runpod` SDK talks to (through RUNPOD_API_BASE_URL), served on 127.0.0.1 by a threaded HTTP server."""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+GPUS = [{"id": "NVIDIA H100 80GB HBM3", "displayName": "H100 SXM", "memoryInGb": 80, "securePrice": 2.99},
+        {"id": "NVIDIA H100 PCIe", "displayName": "H100 PCIe", "memoryInGb": 80, "securePrice": 2.39},
+        {"id": "NVIDIA A40", "displayName": "A40", "memoryInGb": 48, "securePrice": 0.44},
+        {"id": "NVIDIA L4", "displayName": "L4", "memoryInGb": 24, "securePrice": None}]
+IMAGE = "ghcr.io/stateset/trainer@sha256:" + "ab" * 32
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path, monkeypatch):
+    path = tmp_path / "state"
+    monkeypatch.setenv("STATESET_AGENTS_STATE_DIR", str(path))
+    return path
+
+
+@pytest.fixture()
+def dataset(tmp_path) -> Path:
+    rows = [{"prompt": [{"role": "user", "content": f"what is {i} + 1"}],
+             "completion": [{"role": "assistant", "content": f"it is {i + 1}"}]} for i in range(6)]
+    path = tmp_path / "curated.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+class FakeRunPod:
+    """Just enough of RunPod's GraphQL API for the SDK calls the plugin makes; records every mutation."""
+
+    def __init__(self):
+        self.pods: dict[str, dict] = {}
+        self.creates = 0
+        self.terminated: list[str] = []
+        self.lose_next_create_response = False
+        self.lock = threading.Lock()
+
+    def answer(self, query: str):
+        with self.lock:
+            if "podFindAndDeployOnDemand" in query:
+                return self._create(query)
+            if m := re.search(r'podTerminate\(input: \{ podId: "([^"]+)" \}\)', query):
+                self.terminated.append(m.group(1))
+                self.pods.pop(m.group(1), None)
+                return {"data": {"podTerminate": None}}
+            if m := re.search(r'gpuTypes\(input: \{id: "([^"]+)"\}\)', query):
+                found = [dict(g, maxGpuCount=8, communityPrice=None) for g in GPUS if g["id"] == m.group(1)]
+                return {"data": {"gpuTypes": found}}
+            if "gpuTypes" in query:
+                return {"data": {"gpuTypes": [{k: g[k] for k in ("id", "displayName", "memoryInGb")} for g in GPUS]}}
+            if m := re.search(r'pod\(input: \{podId: "([^"]+)"\}\)', query):
+                return {"data": {"pod": self.pods.get(m.group(1))}}
+            if "myself" in query and "pods" in query:
+                return {"data": {"myself": {"pods": list(self.pods.values())}}}
+        return {"errors": [{"message": f"fake cannot answer: {query[:80]}"}]}
+
+    def _create(self, query: str):
+        self.creates += 1
+        name = re.search(r'name: "([^"]+)"', query).group(1)
+        gpu = re.search(r'gpuTypeId: "([^"]+)"', query).group(1)
+        env = [f"{k}={v}" for k, v in re.findall(r'\{ key: "([^"]*)", value: "([^"]*)" \}', query)]
+        pod_id = f"pod{self.creates:03d}"
+        price = next(g["securePrice"] for g in GPUS if g["id"] == gpu)
+        self.pods[pod_id] = {"id": pod_id, "name": name, "desiredStatus": "RUNNING", "costPerHr": price,
+                             "uptimeSeconds": 0, "env": env, "imageName": re.search(r'imageName: "([^"]+)"',
+                                                                                     query).group(1)}
+        if self.lose_next_create_response:
+            self.lose_next_create_response = False
+            return None  # the pod exists, but the client never hears about it
+        return {"data": {"podFindAndDeployOnDemand": {"id": pod_id, "imageName": "", "env": env, "machineId": "m",
+                                                      "machine": {"podHostId": "h"}}}}
+
+    def env_of(self, pod_id: str) -> dict[str, str]:
+        return dict(item.split("=", 1) for item in self.pods[pod_id]["env"])
+
+
+@pytest.fixture()
+def fake_runpod(monkeypatch):
+    pytest.importorskip("runpod")
+    fake = FakeRunPod()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.headers.get("Authorization") != "Bearer test-key":
+                self.send_response(401)
+                self.end_headers()
+                return
+            answer = fake.answer(body["query"])
+            if answer is None:
+                self.send_response(502)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+                return
+            data = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("RUNPOD_API_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setenv("RUNPOD_API_KEY", "test-key")
+    yield fake
+    server.shutdown()
