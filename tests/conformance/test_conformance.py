@@ -12,10 +12,11 @@ from stateset_agents.components import assistant_turns
 from stateset_agents.errors import ComponentUnavailable, PluginError, StatesetError
 from stateset_agents.jsonio import sha256_file
 from stateset_agents.registry import get_registry
-from stateset_agents.runtimes import RUNTIMES, load_spec
+from stateset_agents.runtimes import available_runtimes, load_spec
 
 SPECS = get_registry(refresh=True).all()
-CASES = [(spec, runtime) for spec in SPECS for runtime in RUNTIMES]
+# Every runtime this machine has for the component (container: a Docker daemon and a built image holding it).
+CASES = [(spec, runtime) for spec in SPECS for runtime in available_runtimes(spec)]
 
 
 def _id(case):
@@ -84,7 +85,7 @@ def _reward_rows(spec, runtime, items):
                                   s.name != "test_faulty"], ids=lambda s: s.full_name)
 def test_reward_contract(spec):
     items = [GradeItem(c) for c in SAMPLE_CONVERSATIONS]
-    results = {runtime: _reward_rows(spec, runtime, items) for runtime in RUNTIMES}
+    results = {runtime: _reward_rows(spec, runtime, items) for runtime in available_runtimes(spec)}
     rows, batched = results["inprocess"]
     expected_turns = [(c["id"], t) for c in SAMPLE_CONVERSATIONS for t in assistant_turns(c)]
     assert [(r["conversation_id"], r["turn_index"]) for r in rows] == expected_turns
@@ -116,7 +117,7 @@ def test_ingestor_contract(spec, tmp_path):
     bad.write_bytes(b"{not json\n")
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
-    for runtime in RUNTIMES:
+    for runtime in available_runtimes(spec):
         with _load(spec, runtime) as ingestor:
             out = list(ingestor.ingest(Source(path="bad.jsonl", sha256=sha256_file(bad), local_path=str(bad))))
             assert len(out) == 1 and isinstance(out[0], Reject), out
@@ -129,7 +130,7 @@ def test_ingestor_contract(spec, tmp_path):
                          ids=lambda s: s.full_name)
 def test_long_work_fails_closed_on_an_empty_request(spec, tmp_path):
     """An incomplete request must end in `failed` or a clear error, never in `completed`."""
-    for runtime in RUNTIMES:
+    for runtime in available_runtimes(spec):
         with _load(spec, runtime) as comp:
             try:
                 events = list(comp.run({"output_dir": str(tmp_path / runtime)}))

@@ -159,7 +159,7 @@ def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (),
     """Build ROLE's image, label it with the components inside, record it; return the record."""
     from .._version import __version__
     from ..contracts import CONTRACT_VERSIONS
-    from ..runtimes.container import LABEL, docker_client, record_image
+    from ..runtimes.container import LABEL, docker_client, read_images, record_image
 
     if role not in ROLES:
         raise typer.BadParameter(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
@@ -196,7 +196,13 @@ def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (),
     record = {"role": role, "tag": tag, "id": image_id, "components": components, "version": __version__,
               "contract_versions": list(CONTRACT_VERSIONS), "base_image": base, "built_at": int(time.time()),
               "build_seconds": round(time.monotonic() - started, 1)}
+    previous = read_images().get(role, {}).get("id")
     record["records"] = str(record_image(role, record))
+    if previous and previous != image_id:  # the replaced image: rebuilds on one machine must not pile up
+        try:
+            client.images.remove(previous, noprune=False)
+        except Exception:  # noqa: BLE001 - still used by a container, or already gone
+            pass
     return record
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ..contracts import CONTRACT_VERSIONS
 from ..errors import ContractMismatch, PluginError
@@ -40,29 +40,30 @@ def parse_handshake(line: str, component: str) -> dict[str, Any]:
     return hs
 
 
-class _Child:
-    """The plugin process, with its stderr drained into ours (prefixed) so it never blocks on a full pipe."""
+class PluginOutput:
+    """A started plugin seen through its output: the first stdout line (the handshake) and stderr relayed into
+    ours, prefixed, so it never blocks on a full pipe. `proc` is the process, or anything with its `pid`, `poll`,
+    `wait` and `kill` (the container runtime passes a container handle); `stop` ends it gracefully."""
 
-    def __init__(self, argv: list[str], env: Mapping[str, str], component: str):
-        self.component = component
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=dict(env), start_new_session=True)
+    def __init__(self, component: str, proc, stdout: Iterable[bytes], stderr: Iterable[bytes],
+                 stop: Callable[[], None]):
+        self.component, self.proc, self.stop = component, proc, stop
         self.stderr_tail: deque[str] = deque(maxlen=40)
         self._lines: queue.Queue = queue.Queue()
-        threading.Thread(target=self._drain_stderr, daemon=True).start()
-        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=self._drain_stderr, args=(stderr,), daemon=True).start()
+        threading.Thread(target=self._read_stdout, args=(stdout,), daemon=True).start()
 
-    def _drain_stderr(self):
+    def _drain_stderr(self, stderr: Iterable[bytes]):
         quiet = os.environ.get("STATESET_PLUGIN_QUIET") == "1"
-        for raw in self.proc.stderr:
+        for raw in stderr:
             line = raw.decode(errors="replace").rstrip()
             self.stderr_tail.append(line)
             if not quiet:
                 print(f"[{self.component}] {line}", file=sys.stderr)
 
-    def _read_stdout(self):
+    def _read_stdout(self, stdout: Iterable[bytes]):
         first = True
-        for raw in self.proc.stdout:
+        for raw in stdout:
             if first:
                 self._lines.put(raw.decode(errors="replace").strip())
                 first = False
@@ -74,23 +75,53 @@ class _Child:
             return self._lines.get(timeout=timeout)
         except queue.Empty:
             raise PluginError(self.component, "handshake",
-                              f"no handshake line within {timeout:.0f}s{self._stderr_hint()}") from None
+                              f"no handshake line within {timeout:.0f}s{self.stderr_hint()}") from None
 
-    def _stderr_hint(self) -> str:
+    def stderr_hint(self) -> str:
         tail = [line for line in self.stderr_tail if line.strip()][-5:]
         return ("; its stderr ends with:\n  " + "\n  ".join(tail)) if tail else ""
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()  # the child exits at EOF
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+
+def _stop_child(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        try:
+            proc.stdin.close()  # the child exits at EOF
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def connect(spec: ComponentSpec, out: PluginOutput, token: str, config: Mapping[str, Any] | None, *,
+            timeout: float | None = None, address: Callable[[dict], str] = lambda hs: hs["address"],
+            proxies: Mapping[str, type] = PROXIES):
+    """Read and check the handshake, connect, verify who answers, and return the kind's proxy. Shared by every
+    out-of-process runtime; `address` maps the handshake to an address we can reach (a container's port is
+    published on another one). A plugin that fails any step is killed at once, with no grace period."""
+    try:
+        line = out.handshake_line(timeout or wire.HANDSHAKE_TIMEOUT_SECONDS)
+        if line is None:
+            out.proc.wait(timeout=5)
+            raise PluginError(spec.full_name, "handshake",
+                              f"the plugin exited with code {out.proc.returncode} before its handshake"
+                              f"{out.stderr_hint()}")
+        hs = parse_handshake(line, spec.full_name)
+        conn = Connection(spec.full_name, address(hs), token, process=out.proc, on_close=out.stop)
+        meta = conn.metadata_info()
+        if (meta.kind, meta.name) != (spec.kind, spec.name):
+            raise PluginError(spec.full_name, "Plugin.GetMetadata",
+                              f"the server says it is {meta.kind}:{meta.name}")
+        if not set(meta.contract_versions) & set(CONTRACT_VERSIONS):
+            raise ContractMismatch(spec.full_name, list(meta.contract_versions), list(CONTRACT_VERSIONS))
+        return proxies[spec.kind](conn, meta, config)
+    except BaseException:
+        if out.proc.poll() is None:
+            out.proc.kill()
+            out.proc.wait(timeout=5)
+        raise
 
 
 def launch_subprocess(spec: ComponentSpec, *, config: Mapping[str, Any] | None = None,
@@ -101,25 +132,7 @@ def launch_subprocess(spec: ComponentSpec, *, config: Mapping[str, Any] | None =
     env[wire.TOKEN_ENV] = token
     env[wire.PARENT_PID_ENV] = str(os.getpid())
     argv = argv or [sys.executable, "-m", "stateset_agents", "plugin", "serve", spec.full_name]
-    child = _Child(argv, env, spec.full_name)
-    try:
-        line = child.handshake_line(handshake_timeout or wire.HANDSHAKE_TIMEOUT_SECONDS)
-        if line is None:
-            child.proc.wait(timeout=5)
-            raise PluginError(spec.full_name, "handshake",
-                              f"the plugin exited with code {child.proc.returncode} before its handshake"
-                              f"{child._stderr_hint()}")
-        hs = parse_handshake(line, spec.full_name)
-        conn = Connection(spec.full_name, hs["address"], token, process=child.proc, on_close=child.stop)
-        meta = conn.metadata_info()
-        if (meta.kind, meta.name) != (spec.kind, spec.name):
-            raise PluginError(spec.full_name, "Plugin.GetMetadata",
-                              f"the server says it is {meta.kind}:{meta.name}")
-        if not set(meta.contract_versions) & set(CONTRACT_VERSIONS):
-            raise ContractMismatch(spec.full_name, list(meta.contract_versions), list(CONTRACT_VERSIONS))
-        return PROXIES[spec.kind](conn, meta, config)
-    except BaseException:
-        if child.proc.poll() is None:  # a child that failed its handshake gets no grace period
-            child.proc.kill()
-            child.proc.wait(timeout=5)
-        raise
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, start_new_session=True)
+    out = PluginOutput(spec.full_name, proc, proc.stdout, proc.stderr, lambda: _stop_child(proc))
+    return connect(spec, out, token, config, timeout=handshake_timeout)

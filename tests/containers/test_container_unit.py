@@ -1,0 +1,157 @@
+"""The container runtime's pieces that need no Docker daemon: path mapping, container settings, image records,
+orphan detection, and the error when no daemon answers."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from stateset_agents.errors import StatesetError
+from stateset_agents.registry import get_registry
+from stateset_agents.runtimes import container as rt
+from stateset_agents.runtimes import available_runtimes, load_component
+
+
+@pytest.fixture
+def records(tmp_path, monkeypatch):
+    monkeypatch.setenv(rt.IMAGES_ENV, str(tmp_path / "images.json"))
+    return tmp_path / "images.json"
+
+
+def test_importing_the_kernel_and_the_runtime_never_imports_docker():
+    code = ("import sys, stateset_agents, stateset_agents.runtimes.container, stateset_agents.cli.images_cmd; "
+            "print('docker' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+def test_path_map_translates_both_ways_and_prefers_the_deepest_mount(tmp_path):
+    art, inner = tmp_path / "run", tmp_path / "run" / "inputs"
+    inner.mkdir(parents=True)
+    paths = rt.PathMap.for_run(art, [str(inner)])
+    assert paths.to_container(str(art / "graded.jsonl")) == "/artifacts/graded.jsonl"
+    assert paths.to_container(str(inner / "a.jsonl")) == "/mnt/host/0/a.jsonl"
+    assert paths.to_container(str(tmp_path / "runner")) is None  # a sibling with a common prefix is not inside
+    assert paths.to_container(str(inner / "a.jsonl"), writable=True) is None  # read-only mount
+    assert paths.to_host("/artifacts/adapter/x.safetensors") == str(art / "adapter" / "x.safetensors")
+    assert paths.to_host("/mnt/host/0/a.jsonl") == str(inner / "a.jsonl")
+    assert paths.to_host("/elsewhere") == "/elsewhere"
+    assert paths.volumes() == {str(inner): {"bind": "/mnt/host/0", "mode": "ro"},
+                               str(art): {"bind": "/artifacts", "mode": "rw"}}
+
+
+def test_request_paths_are_found_and_missing_ones_mounted_at_their_nearest_directory(tmp_path):
+    (tmp_path / "data").mkdir()
+    request = {"dataset": str(tmp_path / "data" / "curated.jsonl"), "output_dir": str(tmp_path / "runs" / "x" / "y"),
+               "base_model": "HuggingFaceTB/SmolLM2-135M", "steps": 3, "nested": [str(tmp_path / "data")]}
+    found = rt.host_paths(request)
+    assert str(tmp_path / "data" / "curated.jsonl") in found and str(tmp_path / "data") in found
+    assert not any(p.startswith("HuggingFace") for p in found)
+    assert str(tmp_path / "runs" / "x" / "y") not in found  # neither it nor its parent exists yet
+    paths = rt.PathMap.for_run(None)
+    assert paths.missing(found) == [str(tmp_path / "data")]
+    mounted = paths.with_dirs(paths.missing(found), "rw")
+    mapped = mounted.map(request, lambda s: (mounted.to_container(s) or s) if s.startswith("/") else s)
+    assert mapped["dataset"] == "/mnt/host/0/curated.jsonl" and mapped["steps"] == 3
+
+
+def _spec(full_name):
+    return get_registry().resolve(full_name)
+
+
+def test_container_settings(records, tmp_path):
+    rt.record_image("plugins", {"id": "sha256:abc", "tag": "t", "components": ["reward:gsm8k"]})
+    launch = rt.ContainerLaunch(_spec("reward:gsm8k"), {}, artifacts_dir=tmp_path, run_id="run-42")
+    opts = launch.options("tok")
+    assert opts["image"] == "sha256:abc"
+    assert opts["environment"] == {"STATESET_PLUGIN_TOKEN": "tok", "HOME": "/tmp"}  # no host pid: other namespace
+    assert opts["user"] == f"{os.getuid()}:{os.getgid()}"
+    assert opts["ports"] == {"50051/tcp": ("127.0.0.1", None)}  # loopback only, a free host port
+    assert opts["volumes"] == {str(tmp_path): {"bind": "/artifacts", "mode": "rw"}}
+    assert opts["labels"]["org.stateset.run-id"] == "run-42"
+    assert opts["labels"]["org.stateset.kernel-pid"] == str(os.getpid())
+    assert opts["command"] == ["reward:gsm8k"] and opts["stdin_open"] and "device_requests" not in opts
+
+
+def test_trainers_request_gpus(records):
+    pytest.importorskip("docker")
+    spec = next(s for s in get_registry().all("trainer"))
+    opts = rt.ContainerLaunch(spec, {}, image="img").options("tok")
+    (request,) = opts["device_requests"]
+    assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
+    assert "device_requests" not in rt.ContainerLaunch(spec, {}, image="img", gpus=0).options("tok")
+
+
+def test_records_pick_the_image_holding_a_component(records):
+    assert rt.image_for(_spec("reward:gsm8k")) is None
+    with pytest.raises(StatesetError, match="no built image holds reward:gsm8k.*images build plugins"):
+        rt.ContainerLaunch(_spec("reward:gsm8k"), {})
+    rt.record_image("plugins", {"id": "sha256:abc", "components": ["reward:gsm8k", "ingestor:openai"]})
+    rt.record_image("trainer", {"id": "sha256:def", "components": ["trainer:grpo"]})
+    assert rt.image_for(_spec("reward:gsm8k"))[0] == "plugins"
+    assert json.loads(records.read_text())["images"]["trainer"]["id"] == "sha256:def"
+    records.write_text("{not json")
+    with pytest.raises(StatesetError, match="not JSON"):
+        rt.read_images()
+
+
+def test_plugins_list_shows_the_image_of_each_component(records, capsys):
+    from stateset_agents.cli import main
+
+    rt.record_image("plugins", {"id": "sha256:abc", "tag": "stateset-agents-plugins:x", "components": ["reward:gsm8k"]})
+    assert main(["plugins", "list", "--json"]) == 0
+    rows = {r["component"]: r for r in json.loads(capsys.readouterr().out)["components"]}
+    assert rows["reward:gsm8k"]["image"] == "stateset-agents-plugins:x"
+    assert rows["ingestor:openai"]["image"] is None
+
+
+def test_orphans_are_containers_whose_kernel_is_gone():
+    me = {"org.stateset.kernel-pid": str(os.getpid()), "org.stateset.kernel-start": rt._start_ticks(os.getpid())}
+    assert rt._kernel_alive(me)
+    assert not rt._kernel_alive({**me, "org.stateset.kernel-start": "1"})  # the pid was reused
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    assert not rt._kernel_alive({"org.stateset.kernel-pid": str(dead.pid)})
+    assert not rt._kernel_alive({})
+
+    class Box:
+        def __init__(self, name, labels):
+            self.name, self.labels, self.removed = name, labels, False
+
+        def remove(self, force):
+            self.removed = force
+
+    boxes = [Box("live", me), Box("orphan", {"org.stateset.kernel-pid": str(dead.pid)})]
+
+    class Client:
+        class containers:
+            @staticmethod
+            def list(all, filters):
+                assert all and filters["label"].startswith("org.stateset.kernel-host=")
+                return boxes
+
+    assert rt.reap_orphans(Client()) == ["orphan"] and not boxes[0].removed
+
+
+def test_docker_log_frames_are_split_into_lines():
+    assert list(rt._lines([b"hand", b"shake\nerr", b"or 1\nerror 2\n", b"tail"])) == \
+        [b"handshake", b"error 1", b"error 2", b"tail"]
+
+
+def test_no_daemon_says_so_and_how_to_start_one_while_other_runtimes_work(monkeypatch, tmp_path):
+    pytest.importorskip("docker")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    monkeypatch.setattr(rt, "_client", None)
+    with pytest.raises(StatesetError, match=r"needs a Docker daemon.*systemctl start docker.*dockerd"):
+        load_component("reward:gsm8k", runtime="container")
+    assert available_runtimes() == ("inprocess", "subprocess")
+    with load_component("reward:gsm8k", runtime="subprocess") as reward:
+        assert reward.name == "gsm8k"
+
+
+def test_an_unknown_runtime_names_the_choices():
+    with pytest.raises(StatesetError, match="inprocess, subprocess, container"):
+        load_component("reward:gsm8k", runtime="kubernetes")
