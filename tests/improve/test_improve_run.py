@@ -112,8 +112,11 @@ def test_curated_messages_share_one_schema(logs, tmp_path):
         {"id": "call_1", "type": "function", "function": {"name": "get_order", "arguments": '{"order_id":"A1"}'}}]
     assert result == {"role": "tool", "content": '{"status":"shipped"}', "tool_calls": None,
                       "tool_call_id": "call_1", "name": "get_order"}
-    for message in row["prompt"] + row["completion"]:
+    for message in row["prompt"] + row["completion"] + row["continuation"]:
         assert list(message) == ["role", "content", "tool_calls", "tool_call_id", "name"]
+    # The recorded rest of the conversation rides along for multi-turn training to replay.
+    first_turn = next(r for r in rows(out / "curated.jsonl") if r["lineage"]["conversation_id"] == "tools-1")
+    assert first_turn["continuation"][-1] == row["completion"][0] or row["continuation"] == []
     # Free-form JSON travels as text, so every row has one Arrow type whatever the logs carried.
     decoded = decode_curated(row)
     assert decoded["tools"][0]["function"]["name"] == "get_order" and decoded["metadata"]["n"] == 3

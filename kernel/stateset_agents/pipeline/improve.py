@@ -154,7 +154,8 @@ def _message_bits(m: Mapping[str, Any]) -> int:
 class _Conversation:
     """One input conversation, with its curated-row pieces built once, on first use."""
 
-    __slots__ = ("data", "line", "turns", "held_out", "_norm", "_prefix_bits", "_tools", "_metadata", "_lineage")
+    __slots__ = ("data", "line", "turns", "held_out", "_norm", "_prefix_bits", "_suffix_bits", "_tools", "_metadata",
+                 "_lineage")
 
     def __init__(self, data: dict[str, Any], line: int, held_out: bool):
         self.data, self.line, self.held_out = data, line, held_out
@@ -167,6 +168,10 @@ class _Conversation:
         for m in self._norm:
             self._prefix_bits.append(bits)
             bits |= _message_bits(m)
+        bits, self._suffix_bits = 0, [0] * len(self._norm)
+        for i in range(len(self._norm) - 1, -1, -1):
+            self._suffix_bits[i] = bits  # what the messages after turn i fill
+            bits |= _message_bits(self._norm[i])
         # Arrow cannot hold arbitrary JSON (tool schemas, metadata) in one column type; TRL parses `tools` text.
         self._tools = dumps(self.data.get("tools") or []).decode()
         self._metadata = dumps(self.data.get("metadata") or {}).decode()
@@ -177,12 +182,17 @@ class _Conversation:
                          "line": line if isinstance(line, int) and not isinstance(line, bool) else self.line}
 
     def curated_row(self, turn: int, score: float, source: tuple[str, Future]) -> tuple[dict[str, Any], int]:
-        """The training row for `turn`, and which nullable fields it fills (prompt: bits 0-2, completion: 3-5)."""
+        """The training row for `turn`, and which nullable fields it fills (prompt: bits 0-2, completion: 3-5,
+        continuation: 6-8). `continuation` is the recorded rest of the conversation, which multi-turn training
+        replays (user turns, tool results); single-turn trainers and TRL ignore it."""
         if self._norm is None:
             self._build(*source)
-        row = {"prompt": self._norm[:turn], "completion": [self._norm[turn]], "tools": self._tools,
-               "score": score, "metadata": self._metadata, "lineage": {**self._lineage, "turn_index": turn}}
-        return row, self._prefix_bits[turn] | (_message_bits(self._norm[turn]) << len(_NULLABLE))
+        row = {"prompt": self._norm[:turn], "completion": [self._norm[turn]], "continuation": self._norm[turn + 1:],
+               "tools": self._tools, "score": score, "metadata": self._metadata,
+               "lineage": {**self._lineage, "turn_index": turn}}
+        width = len(_NULLABLE)
+        return row, (self._prefix_bits[turn] | (_message_bits(self._norm[turn]) << width)
+                     | (self._suffix_bits[turn] << 2 * width))
 
     def held_out_row(self, turn: int, source: tuple[str, Future]) -> dict[str, Any]:
         if self._norm is None:
@@ -209,8 +219,13 @@ def is_held_out(messages: list[Mapping[str, Any]], fraction: float) -> bool:
 
 
 def decode_curated(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A curated row with its JSON-text columns (`tools`, `metadata`) parsed back."""
-    return {**row, "tools": orjson.loads(row["tools"]), "metadata": orjson.loads(row["metadata"])}
+    """A curated row with its JSON-text columns (`tools`, `metadata`) parsed back; already-parsed values (rows
+    written by other tools) pass through."""
+    out = dict(row)
+    for key in ("tools", "metadata"):
+        if isinstance(out.get(key), (str, bytes)):
+            out[key] = orjson.loads(out[key])
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------ outputs

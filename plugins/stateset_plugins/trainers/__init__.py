@@ -14,6 +14,11 @@ _COMPONENTS = {
     "multi_turn_grpo": "MultiTurnGRPOComponent",
     "gspo": "GSPOComponent",
     "dapo": "DAPOComponent",
+    "gepo": "GEPOComponent",
+    "vapo": "VAPOComponent",
+    "ppo": "PPOComponent",
+    "rlaif": "RLAIFComponent",
+    "cispo": "CISPOComponent",
 }
 
 

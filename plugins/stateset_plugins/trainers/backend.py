@@ -39,9 +39,12 @@ class Backend(Protocol):
 
     def logprobs(self, batch: Batch, *, temperature: float, reference: bool = False) -> torch.Tensor: ...
 
-    def forward_backward(self, batch: Batch, loss_fn: LossFn, *, temperature: float) -> dict[str, float]: ...
+    def values(self, batch: Batch) -> torch.Tensor: ...  # only with a value head: [N, C]
 
-    def optimizer_step(self) -> dict[str, float]: ...
+    def forward_backward(self, batch: Batch, loss_fn: LossFn, *, temperature: float,
+                         values: bool = False) -> dict[str, float]: ...
+
+    def optimizer_step(self, *, policy: bool = True) -> dict[str, float]: ...
 
     def save_adapter(self, directory: Path) -> None: ...
 
@@ -52,20 +55,24 @@ class Backend(Protocol):
     def load_training_state(self, state: dict[str, Any]) -> None: ...
 
 
-def completion_logprobs(model, batch: Batch, temperature: float) -> torch.Tensor:
-    """log pi(token) at the completion positions only: [N, C].
+def completion_logprobs(model, batch: Batch, temperature: float, *, hidden: bool = False):
+    """log pi(token) at the completion positions only: [N, C] (and, with ``hidden``, the last layer's hidden
+    state at the positions that predict them: [N, C, H], the state a value head reads).
 
     Only the last C + 1 positions' logits are computed (``logits_to_keep``), and the per-token value is
     gather(logits) - logsumexp(logits), so no full-vocabulary log-softmax tensor outlives this call.
     """
     width = batch.completion_width
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                logits_to_keep=width + 1, use_cache=False)
+                logits_to_keep=width + 1, use_cache=False, output_hidden_states=hidden)
     logits = out.logits[:, :-1, :].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     targets = batch.completion_ids.unsqueeze(-1)
-    return logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    logp = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    if not hidden:
+        return logp
+    return logp, out.hidden_states[-1][:, -(width + 1):-1, :]
 
 
 def lora_config(config) -> Any:
@@ -81,7 +88,7 @@ class LocalTorchBackend:
     The frozen reference is the same model with the adapter disabled, so there is one copy of the base weights.
     """
 
-    def __init__(self, model, tokenizer, config, *, device: str | None = None):
+    def __init__(self, model, tokenizer, config, *, device: str | None = None, value_head: bool = False):
         from peft import PeftModel, get_peft_model
 
         self.config = config
@@ -100,6 +107,15 @@ class LocalTorchBackend:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
         self.model.train()  # LoRA dropout defaults to 0, so train mode samples and scores alike
+        self.value_head = self.value_optimizer = None
+        if value_head:
+            hidden = int(self.model.get_input_embeddings().weight.shape[1])
+            # zero-initialised: V = 0 at the start and no RNG draw, so sampling matches the critic-free objectives
+            self.value_head = torch.nn.Linear(hidden, 1).to(self.device)
+            torch.nn.init.zeros_(self.value_head.weight)
+            torch.nn.init.zeros_(self.value_head.bias)
+            self.value_optimizer = torch.optim.AdamW(self.value_head.parameters(), lr=config.value_learning_rate,
+                                                     weight_decay=0.0)
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -166,29 +182,60 @@ class LocalTorchBackend:
         with self._adapter(not reference):
             return completion_logprobs(self.model, self._to_device(batch), temperature).cpu()
 
-    def forward_backward(self, batch, loss_fn, *, temperature):
+    def _values(self, hidden: torch.Tensor) -> torch.Tensor:
+        # detached: the critic learns on the policy's features without pulling them toward itself
+        return self.value_head(hidden.detach().float()).squeeze(-1)
+
+    @torch.no_grad()
+    def values(self, batch):
+        if self.value_head is None:
+            raise ValueError("this backend has no value head (construct it with value_head=True)")
+        _, hidden = completion_logprobs(self.model, self._to_device(batch), 1.0, hidden=True)
+        return self._values(hidden).cpu()
+
+    def forward_backward(self, batch, loss_fn, *, temperature, values=False):
         batch = self._to_device(batch)
-        new_logp = completion_logprobs(self.model, batch, temperature)
-        loss, stats = loss_fn(new_logp, batch)
+        if values:
+            new_logp, hidden = completion_logprobs(self.model, batch, temperature, hidden=True)
+            loss, stats = loss_fn(new_logp, batch, self._values(hidden))
+        else:
+            new_logp = completion_logprobs(self.model, batch, temperature)
+            loss, stats = loss_fn(new_logp, batch)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is not finite ({float(loss)})")
         loss.backward()
         return {"loss": float(loss.detach()), **stats}
 
-    def optimizer_step(self):
+    def optimizer_step(self, *, policy=True):
+        """One step of the LoRA optimizer (and the value head's, if any); ``policy=False`` steps only the value
+        head (value pre-training), leaving the LoRA weights, their optimizer and the schedule untouched."""
+        stats: dict[str, float] = {}
+        if self.value_head is not None:
+            vnorm = torch.nn.utils.clip_grad_norm_(list(self.value_head.parameters()), self.config.max_grad_norm)
+            if not math.isfinite(float(vnorm)):
+                self.zero_grad()
+                raise FloatingPointError(f"value gradient norm is not finite ({float(vnorm)})")
+            self.value_optimizer.step()
+            self.value_optimizer.zero_grad(set_to_none=True)
+            stats["value_grad_norm"] = float(vnorm)
+        if not policy:
+            self.optimizer.zero_grad(set_to_none=True)
+            return stats
         params = [p for p in self.model.parameters() if p.requires_grad]
         norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
         if not math.isfinite(float(norm)):
-            self.optimizer.zero_grad(set_to_none=True)
+            self.zero_grad()
             raise FloatingPointError(f"gradient norm is not finite ({float(norm)})")
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {"grad_norm": float(norm), "learning_rate": float(lr)}
+        return {"grad_norm": float(norm), "learning_rate": float(lr), **stats}
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
+        if self.value_optimizer is not None:
+            self.value_optimizer.zero_grad(set_to_none=True)
 
     def save_adapter(self, directory):
         self.model.save_pretrained(str(directory), safe_serialization=True)
@@ -204,8 +251,17 @@ class LocalTorchBackend:
             raise ValueError(f"adapter in {directory} does not fit this model: unexpected {unexpected[:3]}")
 
     def training_state(self):
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if self.value_head is not None:
+            state["value_head"] = self.value_head.state_dict()
+            state["value_optimizer"] = self.value_optimizer.state_dict()
+        return state
 
     def load_training_state(self, state):
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.value_head is not None:
+            if "value_head" not in state:
+                raise ValueError("the checkpoint holds no value head, but this objective trains one")
+            self.value_head.load_state_dict(state["value_head"])
+            self.value_optimizer.load_state_dict(state["value_optimizer"])

@@ -42,6 +42,10 @@ class Batch:
     rewards: torch.Tensor = field(default_factory=lambda: torch.zeros(0))     # [N]
     advantages: torch.Tensor = field(default_factory=lambda: torch.zeros(0))  # [N]
     ref_logp: torch.Tensor | None = None                                       # [N, C]
+    # critic objectives (PPO, VAPO): per-token advantages and value targets from GAE, and the values at sampling
+    token_advantages: torch.Tensor | None = None                               # [N, C]
+    returns: torch.Tensor | None = None                                        # [N, C]
+    old_values: torch.Tensor | None = None                                     # [N, C]
 
     @property
     def completion_width(self) -> int:

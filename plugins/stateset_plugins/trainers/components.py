@@ -36,3 +36,23 @@ class GSPOComponent(_TrainerComponent):
 
 class DAPOComponent(_TrainerComponent):
     name = "dapo"
+
+
+class GEPOComponent(_TrainerComponent):
+    name = "gepo"
+
+
+class VAPOComponent(_TrainerComponent):
+    name = "vapo"
+
+
+class PPOComponent(_TrainerComponent):
+    name = "ppo"
+
+
+class RLAIFComponent(_TrainerComponent):
+    name = "rlaif"
+
+
+class CISPOComponent(_TrainerComponent):
+    name = "cispo"

@@ -74,19 +74,20 @@ class TrainConfig:
 
 
 @dataclass
-class RLConfig(TrainConfig):
+class PolicyConfig(TrainConfig):
     """Fields of every sampling objective.
 
-    * ``num_generations`` (4): completions sampled per prompt (the group).
-    * ``beta``: KL coefficient against the reference (base model, adapter disabled), k3 estimator.
+    * ``num_generations`` (4): completions sampled per prompt (the group G; PPO and VAPO sample G per prompt too,
+      so budgets match across objectives).
+    * ``beta``: KL coefficient against the reference (base model, adapter disabled).
     * ``epsilon``: lower (and, without ``epsilon_high``, upper) clipping range of the importance ratio.
-    * ``scale_rewards`` (True): divide group-centred rewards by the group's standard deviation.
     """
 
+    #: clip-higher objectives require epsilon_high >= epsilon; CISPO's lower bound is "off" (a large epsilon)
+    EPSILON_HIGH_AT_LEAST_LOW: ClassVar[bool] = True
     num_generations: int = 4
     beta: float = 0.04
     epsilon: float = 0.2
-    scale_rewards: bool = True
 
     def __post_init__(self):
         super().__post_init__()
@@ -100,8 +101,44 @@ class RLConfig(TrainConfig):
         if self.temperature == 0:
             raise InputError("sampling objectives need temperature > 0", field="temperature")
         high = getattr(self, "epsilon_high", None)
-        if high is not None and high < self.epsilon:
+        if high is not None and self.EPSILON_HIGH_AT_LEAST_LOW and high < self.epsilon:
             raise InputError("epsilon_high must be >= epsilon", field="epsilon_high")
+        if high is not None and not high > 0:
+            raise InputError("epsilon_high must be positive", field="epsilon_high")
+
+
+@dataclass
+class RLConfig(PolicyConfig):
+    """Group-relative objectives (advantages from the group's rewards) add:
+
+    * ``scale_rewards`` (True): divide group-centred rewards by the group's standard deviation.
+    """
+
+    scale_rewards: bool = True
+
+
+@dataclass
+class ValueConfig(PolicyConfig):
+    """Objectives with a critic (PPO, VAPO): a value head on the policy's last hidden states.
+
+    * ``value_learning_rate`` (1e-3): AdamW learning rate of the value head (its own optimizer: the head reads
+      detached hidden states, so the value loss never moves the LoRA weights and a value-loss coefficient would
+      only rescale Adam's input).
+    * ``gamma`` (1.0): discount; a completion is one episode with its reward on the last token.
+    * ``lam`` (PPO 0.95): GAE lambda of the policy advantages.
+    """
+
+    value_learning_rate: float = 1e-3
+    gamma: float = 1.0
+    lam: float = 0.95
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.value_learning_rate > 0:
+            raise InputError("value_learning_rate must be positive", field="value_learning_rate")
+        for name in ("gamma", "lam"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise InputError(f"{name} must lie in [0, 1]", field=name)
 
 
 def config_class(algorithm: str) -> type[TrainConfig]:

@@ -28,7 +28,12 @@ class Dataset:
 def normalise_row(row: Any, where: str, line: int | None) -> dict[str, Any]:
     if not isinstance(row, Mapping):
         raise InputError("a training row must be a JSON object", path=where, line=line)
-    row = dict(row)
+    from stateset_agents.pipeline.improve import decode_curated
+
+    try:  # curated.jsonl keeps `tools` and `metadata` as JSON text (one Arrow type per column)
+        row = decode_curated(row)
+    except ValueError as exc:
+        raise InputError(f"'tools' or 'metadata' is not valid JSON text: {exc}", path=where, line=line) from None
     if "prompt" not in row and isinstance(row.get("messages"), list):
         msgs = row["messages"]
         first = next((i for i, m in enumerate(msgs) if isinstance(m, Mapping) and m.get("role") == "assistant"),

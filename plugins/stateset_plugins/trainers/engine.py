@@ -60,6 +60,10 @@ class Engine:
         cfg = self.config
         extra = checkpoint_extra or {}
         with self._signals():
+            if self.step == 0 and getattr(cfg, "value_pretrain_steps", 0) > 0:
+                yield from self._pretrain_value()
+                if self.failure:
+                    return
             while self.step < cfg.steps:
                 if self._stop.is_set():
                     yield from self._interrupt(extra)
@@ -71,7 +75,8 @@ class Engine:
                                 needs_reference=cfg_beta(cfg) > 0)
                     t_update = time.perf_counter()
                     stats = self.backend.forward_backward(
-                        batch, lambda new, b: self.objective.loss(new, b, cfg), temperature=_temp(cfg))
+                        batch, lambda new, b, *v: self.objective.loss(new, b, cfg, *v), temperature=_temp(cfg),
+                        values=getattr(self.objective, "VALUE_HEAD", False))
                     stats.update(self.backend.optimizer_step())
                 except IntegrityError as exc:
                     self._fail("integrity", str(exc), sample=exc.sample)
@@ -94,6 +99,34 @@ class Engine:
             if self._stop.is_set() and self.step < cfg.steps:
                 yield from self._interrupt(extra)
 
+    def _pretrain_value(self) -> Iterator[dict[str, Any]]:
+        """VAPO's value pre-training: rollouts of the initial policy train only the value head (Monte Carlo
+        targets), so the first policy updates see a critic that already fits. A separate data cursor leaves the
+        policy's prompt order as in every other objective; no committed update is counted."""
+        cfg, obj = self.config, self.objective
+        cursor = Cursor(len(self.rows), cfg.seed)
+        losses = []
+        for k in range(cfg.value_pretrain_steps):
+            try:
+                batch, info = self._rl_batch(cursor, tag=f"v{k + 1}.")
+                check_batch(batch, self.backend.vocab_size, needs_behaviour=True, needs_reference=cfg_beta(cfg) > 0)
+                stats = self.backend.forward_backward(batch, lambda new, b, v: obj.value_loss(v, b, cfg),
+                                                      temperature=_temp(cfg), values=True)
+                stats.update(self.backend.optimizer_step(policy=False))
+            except IntegrityError as exc:
+                self._fail("integrity", str(exc), sample=exc.sample)
+                return
+            except FloatingPointError as exc:
+                _zero_grad(self.backend)
+                self._fail("non_finite_update", str(exc))
+                return
+            losses.append(stats["loss"])
+            record = {"step": 0, "phase": "value_pretrain", "pretrain_step": k + 1, **info, **stats}
+            if self.run_dir:
+                self.run_dir.append_metrics(record)
+        yield {"type": "log", "message": f"value pre-training: {len(losses)} updates of the value head, "
+                                         f"value loss {losses[0]:.4f} -> {losses[-1]:.4f}"}
+
     def _fail(self, reason: str, message: str, **more) -> None:
         kept = self.last_checkpoint
         self.failure = {"reason": reason, "message": message, "step": self.step,
@@ -112,8 +145,9 @@ class Engine:
         return {"type": "checkpoint", "step": self.step, "path": str(path)}
 
     # ---------------------------------------------------------------------------------------------- batches
-    def _keys(self, idx: list[int], round_: int) -> list[str]:
-        return [f"{self.rows[i]['id']}:line{self.rows[i].get('_line', i + 1)}:u{self.step + 1}.{round_}.{j}"
+    def _keys(self, idx: list[int], round_: int, tag: str = "") -> list[str]:
+        tag = tag or f"u{self.step + 1}."
+        return [f"{self.rows[i]['id']}:line{self.rows[i].get('_line', i + 1)}:{tag}{round_}.{j}"
                 for j, i in enumerate(idx)]
 
     def _make_batch(self) -> tuple[Batch, dict[str, Any]]:
@@ -134,17 +168,19 @@ class Engine:
         batch.advantages = torch.zeros(len(samples))
         return batch, {}
 
-    def _rl_batch(self) -> tuple[Batch, dict[str, Any]]:
+    def _rl_batch(self, cursor: Cursor | None = None, tag: str = "") -> tuple[Batch, dict[str, Any]]:
         cfg, obj = self.config, self.objective
+        cursor = cursor or self.cursor
         g = cfg.num_generations
         rollout = multi_turn if obj.ROLLOUT == "multi_turn" else single_turn
         cap = getattr(cfg, "max_sampling_rounds", 1)
         kept, dropped, raw_scores = [], [], []
         gen_time, grade_time, rounds, zero_var, groups_seen = 0.0, 0.0, 0, 0, 0
         while len(kept) < cfg.batch_size and rounds < cap:
-            idx = self.cursor.take(cfg.batch_size - len(kept))
+            idx = cursor.take(cfg.batch_size - len(kept))
             t0 = time.perf_counter()
-            episodes = rollout(self.backend, self.renderer, [self.rows[i] for i in idx], self._keys(idx, rounds), cfg)
+            episodes = rollout(self.backend, self.renderer, [self.rows[i] for i in idx], self._keys(idx, rounds, tag),
+                               cfg)
             t1 = time.perf_counter()
             grade(self.reward, episodes)
             grade_time += time.perf_counter() - t1
@@ -170,6 +206,7 @@ class Engine:
         batch.advantages = obj.advantages(batch.rewards, g, cfg)
         if cfg_beta(cfg) > 0:
             batch.ref_logp = self.backend.logprobs(batch, temperature=cfg.temperature, reference=True)
+        prepared = obj.prepare(batch, self.backend, cfg) if hasattr(obj, "prepare") else {}  # critics: GAE
         lengths = [sum(ep.sample.sampled) for ep in episodes]
         raw_all = torch.tensor(raw_scores)  # not `statistics`: a NaN must reach the integrity check, not crash here
         info = {"reward_mean": float(raw_all.mean()), "reward_std": float(raw_all.std(unbiased=False)),
@@ -178,6 +215,7 @@ class Engine:
                 "grade_time": grade_time, "rollout_tokens": sum(lengths)}
         if hasattr(obj, "shape_rewards"):
             info["shaped_reward_mean"] = float(batch.rewards.mean())
+        info.update(prepared)
         return batch, info
 
     # ---------------------------------------------------------------------------------------------- plumbing

@@ -64,6 +64,15 @@ def check_batch(batch: Batch, vocab_size: int, *, needs_behaviour: bool, needs_r
         bad = (trained & ~torch.isfinite(batch.ref_logp)).any(-1)
         if bad.any():
             raise IntegrityError(first_bad(bad), "a reference log-prob is not finite")
+    for name in ("token_advantages", "returns", "old_values"):  # critic objectives' GAE outputs
+        got = getattr(batch, name, None)
+        if got is None:
+            continue
+        if tuple(got.shape) != (n, c):
+            raise IntegrityError("batch", f"{name} has shape {tuple(got.shape)}, expected {(n, c)}")
+        bad = (trained & ~torch.isfinite(got)).any(-1)
+        if bad.any():
+            raise IntegrityError(first_bad(bad), f"{name} is not finite")
     _check_groups(batch)
 
 

@@ -74,6 +74,8 @@ def _train(request, reward, stop, handle_signals) -> Iterator[dict[str, Any]]:
     if algorithm not in TRAINERS:
         raise InputError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(TRAINERS)}", field="algorithm")
     config = resolve_config(request)
+    if hasattr(config, "require_judge"):
+        config.require_judge()  # before the model loads
     if not request.get("output"):
         raise InputError("an output directory is required", field="output")
     dataset = load_dataset(request["dataset"])

@@ -49,21 +49,58 @@ def safe(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask > 0, logp, torch.zeros_like(logp))
 
 
+def sequence_log_ratio(new: torch.Tensor, old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log s_i = mean_t (log pi_theta - log pi_old): GSPO's length-normalised sequence ratio, in log space. [N]"""
+    return masked_sequence_mean(new - old, mask)
+
+
+def group_expectation_log_weight(new: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, group_size: int
+                                 ) -> torch.Tensor:
+    """GEPO's log w_i = log p_theta(o_i) - log E_q[q(o)], E_q[q] ~= sum_j q_j^2 / sum_j q_j over the group. [N]
+
+    p and q are length-normalised sequence probabilities (the per-token geometric mean, exp(mean_t log p)), so a
+    long completion does not underflow to 0; everything stays in log space (logsumexp), so neither does the group
+    expectation. Since q_min <= E_q[q] <= q_max and p <= 1, w_i <= 1 / min_j q_j: bounded by the behaviour
+    sampler's own group, however stale it is.
+    """
+    log_p = masked_sequence_mean(new, mask)
+    log_q = masked_sequence_mean(old, mask).view(-1, group_size)
+    log_eq = torch.logsumexp(2 * log_q, dim=1) - torch.logsumexp(log_q, dim=1)
+    return log_p - log_eq.repeat_interleave(group_size)
+
+
 def policy_loss(new_logp: torch.Tensor, batch, beta: float, low: float, high: float, *, token_level: bool,
-                sequence_ratio: bool = False) -> tuple[torch.Tensor, dict[str, float]]:
-    """The clipped policy-gradient loss the sampling objectives share, with their three switches."""
+                ratio_level: str = "token") -> tuple[torch.Tensor, dict[str, float]]:
+    """The clipped policy-gradient loss the sampling objectives share, with their switches: aggregation (token or
+    sequence mean), the ratio's level (token, GSPO's sequence, GEPO's group expectation) and the advantages
+    (``batch.token_advantages`` from GAE when present, else the sequence advantage on every token)."""
     mask = batch.completion_mask
     new = safe(new_logp, mask)
     old = safe(batch.behaviour_logp, mask)
-    if sequence_ratio:
-        # s_i = exp(mean_t(new - old)); the token form sg[s_i] * pi/sg[pi] has value s_i and gradient
-        # s_i * grad(log pi_t), the same as the sequence ratio's.
-        log_s = masked_sequence_mean(new - old, mask).detach()
-        ratio = torch.exp(log_s[:, None] + new - new.detach())
-    else:
+    if ratio_level == "token":
         ratio = torch.exp(new - old)
-    per_token, active = clipped_surrogate(ratio, batch.advantages[:, None], low, high)
+    else:
+        # a sequence-level weight w_i in token form sg[w_i] * pi/sg[pi]: value w_i, gradient w_i * grad(log pi_t),
+        # averaged over the sequence's tokens, the same as differentiating w_i itself
+        if ratio_level == "sequence":
+            log_w = sequence_log_ratio(new, old, mask)
+        elif ratio_level == "group":
+            log_w = group_expectation_log_weight(new, old, mask, batch.group_size)
+        else:
+            raise ValueError(f"unknown ratio level {ratio_level!r}")
+        ratio = torch.exp(log_w.detach()[:, None] + new - new.detach())
+    adv = batch.token_advantages if batch.token_advantages is not None else batch.advantages[:, None]
+    per_token, active = clipped_surrogate(ratio, adv, low, high)
     stats = {"clip_fraction": float(masked_token_mean(active.float(), mask))}
+    per_token = per_token + kl_term(new, batch, beta, stats)
+    loss = masked_token_mean(per_token, mask) if token_level else masked_sequence_mean(per_token, mask).mean()
+    return loss, stats
+
+
+def kl_term(new: torch.Tensor, batch, beta: float, stats: dict[str, float]) -> torch.Tensor | float:
+    """beta * k3 per token (0 without a KL term); records the batch's KL estimate in ``stats`` when reference
+    log-probs are present."""
+    mask = batch.completion_mask
     kl = None
     if batch.ref_logp is not None:
         kl = k3_kl(new, safe(batch.ref_logp, mask))
@@ -71,6 +108,39 @@ def policy_loss(new_logp: torch.Tensor, batch, beta: float, low: float, high: fl
     if beta > 0:
         if kl is None:
             raise ValueError("beta > 0 needs reference log-probs")
-        per_token = per_token + beta * kl
-    loss = masked_token_mean(per_token, mask) if token_level else masked_sequence_mean(per_token, mask).mean()
-    return loss, stats
+        return beta * kl
+    return 0.0
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over the masked (sampled) tokens of each row: [N, C] -> (A, returns).
+
+        delta_t = r_t + gamma V_{t+1} - V_t,   A_t = sum_l (gamma lam)^l delta_{t+l},   returns_t = A_t + V_t
+
+    Unmasked positions (environment tokens, padding) are skipped, not treated as steps: the next state of a sampled
+    token is the next sampled token; after the last one V = 0 (the episode ends). ``lam`` is a float or a per-row
+    tensor [N] (VAPO's length-adaptive lambda).
+    """
+    n, width = rewards.shape
+    lam = torch.as_tensor(lam, dtype=values.dtype).expand(n)
+    adv = torch.zeros_like(values)
+    next_value = torch.zeros(n, dtype=values.dtype)
+    running = torch.zeros(n, dtype=values.dtype)
+    for t in range(width - 1, -1, -1):
+        on = mask[:, t] > 0
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        a = delta + gamma * lam * running
+        adv[:, t] = torch.where(on, a, torch.zeros_like(a))
+        running = torch.where(on, a, running)
+        next_value = torch.where(on, values[:, t], next_value)
+    return adv, (adv + values) * mask
+
+
+def terminal_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The sequence reward placed on each row's last sampled token: [N] -> [N, C]."""
+    positions = torch.arange(mask.shape[1]).expand_as(mask)
+    last = torch.where(mask > 0, positions, torch.full_like(positions, -1)).max(dim=1).values
+    out = torch.zeros_like(mask, dtype=torch.float32)
+    out[torch.arange(mask.shape[0]), last.clamp(min=0)] = rewards.float()
+    return out * mask

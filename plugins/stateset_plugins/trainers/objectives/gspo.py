@@ -40,4 +40,4 @@ def advantages(rewards, group_size: int, config: GSPOConfig):
 
 def loss(new_logp, batch, config: GSPOConfig):
     return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon_high, token_level=False,
-                       sequence_ratio=True)
+                       ratio_level="sequence")

@@ -1,0 +1,43 @@
+"""`stateset-agents benchmark algorithms`: a thin wrapper over benchmarks/algorithms.py (a source checkout's)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app, console
+
+benchmark_app = typer.Typer(help="Reproducible benchmarks (from a source checkout).", no_args_is_help=True)
+app.add_typer(benchmark_app, name="benchmark")
+
+
+def _load():
+    from ..errors import InputError
+
+    for base in (Path.cwd(), *Path(__file__).resolve().parents):
+        path = base / "benchmarks" / "algorithms.py"
+        if path.exists():
+            spec = importlib.util.spec_from_file_location("stateset_benchmarks_algorithms", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    raise InputError("benchmarks/algorithms.py not found: run from a stateset-agents source checkout")
+
+
+@benchmark_app.command("algorithms")
+def algorithms(
+    algorithms: str = typer.Option("grpo,gspo,dapo,gepo,cispo,ppo,vapo", "--algorithms",
+                                   help="Comma-separated objectives (GRPO is the paired baseline)."),
+    seeds: int = typer.Option(6, "--seeds", help="Seeds per objective (the pairing unit)."),
+    steps: int = typer.Option(40, "--steps", help="Committed updates per run (matched across objectives)."),
+    model: str = typer.Option("tiny-random", "--model", help="tiny-random, a local path, .gguf or hub id."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Directory (default benchmarks/results/algorithms)."),
+):
+    """Objectives x seeds on one task with matched budgets: JSONL, a Markdown table and a reward-curve plot."""
+    module = _load()
+    module.run_matrix(algorithms.split(","), seeds, steps, model, output,
+                      log=lambda line: console.print(line, highlight=False))
+    out = output or module.ROOT / "benchmarks" / "results" / "algorithms"
+    console.print((Path(out) / "table.md").read_text(), highlight=False)
