@@ -116,8 +116,8 @@ def test_real_tau_airline_auc(airline_policy, score_auc):
 
     auc, _ = score_auc(NSRReward({"policy": airline_policy}), tau_log_records(with_expected_calls=False))
     print(f"\nnsr (airline policy) ROC AUC on tau-airline dev: {auc:.3f}")
-    # Issue 3's target is 0.8; this guards what the policy reaches today (0.720) so nothing regresses unnoticed.
-    assert auc >= 0.71
+    # Issue 3's target is 0.8; this guards what the policy reaches today (0.758) so nothing regresses unnoticed.
+    assert auc >= 0.748
 
 
 def test_standing_rules_count_only_when_broken_and_all_kept_scoring():
@@ -181,3 +181,248 @@ def test_airline_flight_change_payment_and_make_sure_is_not_a_yes(airline_policy
     assert grade.breakdown["confirm-before-write@update_reservation_flights"] == "broken"
     assert grade.breakdown["flight-change-paid-by-card@update_reservation_flights"] == "kept"
     assert grade.score == 0.0  # all_kept: one broken rule and the decision does not comply
+
+
+# --------------------------------------------------------------------------- facts from earlier tool results
+
+def _evaluate(source, names=None, functions=None):
+    from stateset_plugins.rewards.policy_language import UNKNOWN, Evaluator, compile_expression
+
+    names = names or {}
+    evaluator = Evaluator(lambda n: names.get(n, UNKNOWN), functions or {})
+    return evaluator.evaluate(compile_expression(source, "test"))
+
+
+def test_language_comprehensions_quantifiers_and_list_lookups():
+    from stateset_plugins.rewards.policy_language import UNKNOWN, compile_expression
+
+    items = [{"id": "A", "n": 1}, {"id": "b", "n": 2}, {"n": 3}]
+    assert _evaluate("[x.n * 2 for x in items if x.n > 1]", {"items": items}) == [4, 6]
+    assert _evaluate("all(x.n > 0 for x in items)", {"items": items}) is True
+    assert _evaluate("any(x.n > 2 for x in items)", {"items": items}) is True
+    # Kleene: a false item settles all(); otherwise an unknown one (a missing field) leaves it unknown
+    assert _evaluate("all(x.id == 'A' for x in items)", {"items": items}) is False
+    assert _evaluate("all(x.id != 'z' for x in items)", {"items": items}) is UNKNOWN
+    assert _evaluate("any(x.id == 'z' for x in items)", {"items": items}) is UNKNOWN
+    assert _evaluate("all(x > 0 for x in missing)") is UNKNOWN  # an unknown list stays unknown
+    assert _evaluate("find(items, id='B').n", {"items": items}) == 2  # strings compare case-insensitively
+    assert _evaluate("find(items, id='z')", {"items": items}) is UNKNOWN
+    assert _evaluate("len(where(items, n=3))", {"items": items}) == 1
+    assert _evaluate("flatten([[1, [2]], 3])") == [1, 2, 3]
+    # the loop variable is local: outside the comprehension the name is a fact again
+    assert _evaluate("[x for x in [1, 2]] + [x]", {"x": 9}) == [1, 2, 9]
+    for bad in ("[x for x in a for y in b]", "[(x, y) for x, y in a]", "[x for x in a if (y := 1)]"):
+        with pytest.raises(InputError):
+            compile_expression(bad, "test")
+
+
+SEARCH_POLICY = {
+    "name": "search",
+    "tools": {"writes": ["book"]},
+    "facts": {"seen_items": "records_of('search')",
+              "picked": "find(seen_items, item=args.item, day=args.day)"},
+    "rules": [{"id": "book-available", "says": "Book only what a search showed as open.", "decision": {"call": "book"},
+               "require": "picked.status == 'open'", "if_unknown": "broken"},
+              {"id": "all-results", "says": "counts searches", "decision": {"call": "book"},
+               "require": "len(results_of('search')) == args.searches"}],
+}
+
+
+def _search_conversation(status="open", day="mon", searched=True, searches=1, failed_search=False):
+    messages = [user("Book item X on mon.")]
+    if failed_search:
+        messages += [assistant(None, [("search", '{"day": "mon"}')]), tool("call_0_search", "Error: busy")]
+    if searched:  # the result lists records without their day: the call's argument supplies it
+        messages += [assistant(None, [("search", '{"day": "mon"}')]),
+                     tool("call_0_search", f'[[{{"item": "X", "status": "{status}"}}], [{{"item": "Y"}}]]')]
+    messages += [assistant(None, [("book", f'{{"item": "x", "day": "{day}", "searches": {searches}}}')])]
+    return conversation(messages)
+
+
+def test_records_of_earlier_results_carry_their_call_arguments_and_skip_failed_calls():
+    reward = NSRReward({"policy": SEARCH_POLICY})
+
+    def verdicts(conv):
+        return reward.grade_turn(conv, len(conv["messages"]) - 1).breakdown
+
+    assert verdicts(_search_conversation()) == {"book-available@book": "kept", "all-results@book": "kept"}
+    assert verdicts(_search_conversation(status="full"))["book-available@book"] == "broken"
+    assert verdicts(_search_conversation(day="tue"))["book-available@book"] == "broken"  # not what was searched
+    assert verdicts(_search_conversation(searched=False))["book-available@book"] == "broken"  # never looked
+    failed = verdicts(_search_conversation(failed_search=True, searches=1))  # the error result establishes nothing
+    assert failed == {"book-available@book": "kept", "all-results@book": "kept"}
+    edited = copy.deepcopy(SEARCH_POLICY)
+    edited["rules"][0]["require"] = "picked.status in ['open', 'full']"
+    conv = _search_conversation(status="full")
+    assert NSRReward({"policy": edited}).grade_turn(conv, len(conv["messages"]) - 1).breakdown[
+        "book-available@book"] == "kept"
+
+
+def test_turn_matches_and_seen_check_stated_facts_against_earlier_results():
+    policy = {"name": "facts", "words": {}, "constants": {"code": r"\b[A-Z]{2}\d{2}\b"},
+              "rules": [{"id": "no-made-up-codes", "says": "State only codes the tools or the user gave.",
+                         "decision": "turn", "when": "len(turn_matches(code)) > 0",
+                         "require": "all(seen(c) for c in turn_matches(code))", "counts": "when_broken"}]}
+    base = [user("Which codes do I have? Mine is QQ77."), assistant(None, [("lookup", "{}")]),
+            tool("call_0_lookup", '{"codes": ["AB12"]}')]
+    reward = NSRReward({"policy": policy})
+    honest = conversation(base + [assistant("You have AB12 and QQ77.")])
+    assert not reward.grade_turn(honest, 3).applicable  # kept standing rule: nothing to judge
+    invented = conversation(base + [assistant("You have AB12 and ZZ99.")])
+    grade = reward.grade_turn(invented, 3)
+    assert grade.breakdown["no-made-up-codes@turn"] == "broken" and grade.score == 0.0
+    bad = copy.deepcopy(policy)
+    bad["constants"]["code"] = "("
+    with pytest.raises(InputError, match="regular expression"):
+        NSRReward({"policy": bad}).grade_turn(invented, 3)
+
+
+# ---------------------------------------------------------------------------------- airline: result-joined rules
+
+_PROFILE = ('{"name": {"first_name": "Ann", "last_name": "Lee"}, "dob": "1990-01-01", "membership": "gold", '
+            '"payment_methods": {"credit_card_1": {}}, "reservations": ["R1"], '
+            '"saved_passengers": [{"first_name": "Bo", "last_name": "Lee", "dob": "1991-02-02"}]}')
+_RESERVATION = ('{"reservation_id": "R1", "user_id": "u1", "origin": "AAA", "destination": "CCC", '
+                '"flight_type": "one_way", "cabin": "economy", "insurance": "no", "created_at": "2024-05-01T10:00:00", '
+                '"flights": [{"origin": "AAA", "destination": "BBB", "flight_number": "HAT001", "date": "2024-05-20"}, '
+                '{"origin": "BBB", "destination": "CCC", "flight_number": "HAT002", "date": "2024-05-20"}], '
+                '"passengers": [{"first_name": "Ann", "last_name": "Lee", "dob": "1990-01-01"}], "total_baggages": 0}')
+
+
+def _direct(flight, origin, destination, status="available", seats=5):
+    return (f'{{"flight_number": "{flight}", "origin": "{origin}", "destination": "{destination}", '
+            f'"status": "{status}", "available_seats": {{"economy": {seats}}}, "prices": {{"economy": 100}}}}')
+
+
+def _change_conversation(new_flights, search=None, profile=_PROFILE, look_up_profile=True):
+    """A flight change on R1 (AAA->CCC one way); `search` is (origin, destination, [records]) or None."""
+    messages = [user("I am u1. Change reservation R1 please.")]
+    if look_up_profile:
+        messages += [assistant(None, [("get_user_details", '{"user_id": "u1"}')]),
+                     tool("call_0_get_user_details", profile)]
+    messages += [assistant(None, [("get_reservation_details", '{"reservation_id": "R1"}')]),
+                 tool("call_0_get_reservation_details", _RESERVATION)]
+    if search:
+        origin, destination, records = search
+        messages += [assistant(None, [("search_direct_flight",
+                                       f'{{"origin": "{origin}", "destination": "{destination}", "date": "2024-05-21"}}')]),
+                     tool("call_0_search_direct_flight", "[" + ", ".join(records) + "]")]
+    flights = ", ".join(f'{{"flight_number": "{n}", "date": "{d}"}}' for n, d in new_flights)
+    messages += [assistant("Change R1 to these flights, paid by credit_card_1. Confirm?"), user("yes"),
+                 assistant(None, [("update_reservation_flights", f'{{"reservation_id": "R1", "cabin": "economy", '
+                                   f'"flights": [{flights}], "payment_id": "credit_card_1"}}')])]
+    return conversation(messages)
+
+
+def _breakdown(policy, conv):
+    return NSRReward({"policy": policy}).grade_turn(conv, len(conv["messages"]) - 1).breakdown
+
+
+def test_airline_flight_change_keeps_origin_destination_and_trip_type(airline_policy):
+    key = "flight-change-keeps-route@update_reservation_flights"
+    same_route = _change_conversation([("HAT009", "2024-05-21")], search=("AAA", "CCC", [_direct("HAT009", "AAA", "CCC")]))
+    assert _breakdown(airline_policy, same_route)[key] == "kept"
+    # one kept segment (from the reservation) plus one new one still ends where the trip ends
+    partial = _change_conversation([("HAT001", "2024-05-20"), ("HAT008", "2024-05-21")],
+                                   search=("BBB", "CCC", [_direct("HAT008", "BBB", "CCC")]))
+    assert _breakdown(airline_policy, partial)[key] == "kept"
+    elsewhere = _change_conversation([("HAT009", "2024-05-21")], search=("AAA", "DDD", [_direct("HAT009", "AAA", "DDD")]))
+    assert _breakdown(airline_policy, elsewhere)[key] == "broken"
+    edited = copy.deepcopy(airline_policy)
+    edited["rules"] = [r for r in edited["rules"] if r["id"] != "flight-change-keeps-route"]
+    assert key not in _breakdown(edited, elsewhere)
+
+
+def test_airline_books_only_available_flights_with_seats_the_agent_saw(airline_policy):
+    key = "book-available-flights@update_reservation_flights"
+    seats = "seats-for-every-passenger@update_reservation_flights"
+    good = _change_conversation([("HAT009", "2024-05-21")], search=("AAA", "CCC", [_direct("HAT009", "AAA", "CCC")]))
+    assert _breakdown(airline_policy, good)[key] == "kept" and _breakdown(airline_policy, good)[seats] == "kept"
+    delayed = _change_conversation([("HAT009", "2024-05-21")],
+                                   search=("AAA", "CCC", [_direct("HAT009", "AAA", "CCC", status="delayed")]))
+    assert _breakdown(airline_policy, delayed)[key] == "broken"
+    unseen = _change_conversation([("HAT009", "2024-05-21")])  # never searched: the agent did not check
+    assert _breakdown(airline_policy, unseen)[key] == "broken"
+    wrong_day = _change_conversation([("HAT009", "2024-05-22")], search=("AAA", "CCC", [_direct("HAT009", "AAA", "CCC")]))
+    assert _breakdown(airline_policy, wrong_day)[key] == "broken"  # the search was for another date
+    kept_segments = _change_conversation([("HAT001", "2024-05-20"), ("HAT002", "2024-05-20")])
+    assert _breakdown(airline_policy, kept_segments)[key] == "kept"  # segments the reservation holds need no search
+    full = _change_conversation([("HAT009", "2024-05-21")],
+                                search=("AAA", "CCC", [_direct("HAT009", "AAA", "CCC", seats=0)]))
+    assert _breakdown(airline_policy, full)[seats] == "broken"
+    edited = copy.deepcopy(airline_policy)
+    rule = next(r for r in edited["rules"] if r["id"] == "book-available-flights")
+    rule["require"] = rule["require"].replace("== 'available'", "in ['available', 'delayed']")
+    assert _breakdown(edited, delayed)[key] == "kept"
+
+
+def test_airline_acts_only_on_the_users_own_reservation(airline_policy):
+    key = "act-on-the-users-own-reservation@update_reservation_flights"
+    flights = [("HAT001", "2024-05-20"), ("HAT002", "2024-05-20")]
+    assert _breakdown(airline_policy, _change_conversation(flights))[key] == "kept"
+    not_listed = _PROFILE.replace('"reservations": ["R1"]', '"reservations": ["R9"]')
+    assert _breakdown(airline_policy, _change_conversation(flights, profile=not_listed))[key] == "broken"
+    # no profile lookup: the user stated the id that owns the reservation ("I am u1")
+    assert _breakdown(airline_policy, _change_conversation(flights, look_up_profile=False))[key] == "kept"
+    stranger = _change_conversation(flights, look_up_profile=False)
+    stranger["messages"][0] = user("Change reservation R1 please.")
+    assert _breakdown(airline_policy, stranger)[key] == "broken"
+
+
+def _booking(passengers, searched=True):
+    messages = [user("I am u1, book HAT009 on 2024-05-21 for me."),
+                assistant(None, [("get_user_details", '{"user_id": "u1"}')]),
+                tool("call_0_get_user_details", _PROFILE)]
+    if searched:
+        messages += [assistant(None, [("search_direct_flight",
+                                       '{"origin": "AAA", "destination": "CCC", "date": "2024-05-21"}')]),
+                     tool("call_0_search_direct_flight", "[" + _direct("HAT009", "AAA", "CCC") + "]")]
+    people = ", ".join(f'{{"first_name": "{f}", "last_name": "{l}", "dob": "2000-01-01"}}' for f, l in passengers)
+    messages += [assistant("Do you want travel insurance? Booking HAT009. Confirm?"), user("No insurance. Yes."),
+                 assistant(None, [("book_reservation", '{"user_id": "u1", "origin": "AAA", "destination": "CCC", '
+                                   '"flight_type": "one_way", "cabin": "economy", "flights": [{"flight_number": '
+                                   f'"HAT009", "date": "2024-05-21"}}], "passengers": [{people}], "payment_methods": '
+                                   '[{"payment_id": "credit_card_1", "amount": 100}], "total_baggages": 0, '
+                                   '"nonfree_baggages": 0, "insurance": "no"}')])]
+    return conversation(messages)
+
+
+def test_airline_passenger_details_come_from_the_user_or_the_profile(airline_policy):
+    key = "passenger-details-from-user-or-profile@book_reservation"
+    assert _breakdown(airline_policy, _booking([("Ann", "Lee"), ("Bo", "Lee")]))[key] == "kept"
+    assert _breakdown(airline_policy, _booking([("Cy", "Moe")]))[key] == "broken"  # neither said nor in the profile
+    said = _booking([("Cy", "Moe")])
+    said["messages"][0] = user("I am u1, book HAT009 on 2024-05-21 for Cy Moe.")
+    assert _breakdown(airline_policy, said)[key] == "kept"
+    assert _breakdown(airline_policy, _booking([("Ann", "Lee")], searched=False))[
+        "book-available-flights@book_reservation"] == "broken"
+
+
+def _certificate(complaint, amount, passengers=2):
+    reservation = _RESERVATION.replace('"passengers": [{"first_name": "Ann", "last_name": "Lee", "dob": "1990-01-01"}]',
+                                       '"passengers": [' + ", ".join(['{"first_name": "P"}'] * passengers) + "]")
+    return conversation([
+        user(f"I am u1. {complaint} I want compensation."),
+        assistant(None, [("get_user_details", '{"user_id": "u1"}')]), tool("call_0_get_user_details", _PROFILE),
+        assistant(None, [("get_reservation_details", '{"reservation_id": "R1"}')]),
+        tool("call_0_get_reservation_details", reservation),
+        assistant(f"I can send a ${amount} certificate. Confirm?"), user("yes"),
+        assistant(None, [("send_certificate", f'{{"user_id": "u1", "amount": {amount}}}')])])
+
+
+def test_airline_delayed_flight_compensation_is_fifty_per_passenger(airline_policy):
+    key = "compensation-amount@send_certificate"
+    assert _breakdown(airline_policy, _certificate("My flight was delayed.", 100))[key] == "kept"
+    assert _breakdown(airline_policy, _certificate("My flight was delayed.", 150))[key] == "broken"
+    assert _breakdown(airline_policy, _certificate("My flight was cancelled by the airline.", 200))[key] == "kept"
+    assert _breakdown(airline_policy, _certificate("My flight was cancelled by the airline.", 300))[key] == "broken"
+
+
+def test_airline_flights_the_agent_names_come_from_tools_or_the_user(airline_policy):
+    conv = _change_conversation([("HAT009", "2024-05-21")], search=("AAA", "CCC", [_direct("HAT009", "AAA", "CCC")]))
+    messages = conv["messages"][:-3]
+    reward = NSRReward({"policy": airline_policy})
+    named = conversation(messages + [assistant("HAT009 is available on 2024-05-21.")])
+    assert not reward.grade_turn(named, len(messages)).applicable
+    invented = conversation(messages + [assistant("HAT777 is available on 2024-05-21.")])
+    assert reward.grade_turn(invented, len(messages)).breakdown["flights-stated-come-from-tools@turn"] == "broken"

@@ -7,6 +7,7 @@ in the turn is kept or broken, and the score is the kept share (by weight). The 
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 from stateset_agents import Reward, TurnGrade
@@ -15,17 +16,27 @@ from stateset_agents.errors import InputError
 
 from ._text import (find_phrases, has_phrase, is_error_result, message_text, parse_arguments, parse_json_maybe,
                     tool_calls, tool_result)
-from .policy_language import UNKNOWN, Evaluator, load_policy
+from .policy_language import UNKNOWN, Evaluator, flatten, load_policy, matches
 
 
 class NSRReward(Reward):
     name = "nsr"
-    version = "1.0.0"
+    version = "1.1.0"
     config_schema = {
         "type": "object",
         "properties": {"policy": {"type": "object", "description": "The parsed policy file (YAML or JSON)."}},
         "required": ["policy"],
     }
+
+    @classmethod
+    def example_config(cls) -> dict[str, Any]:
+        """The shipped airline policy: what the conformance suite and a first try can use."""
+        from importlib import resources
+
+        import yaml
+
+        text = resources.files("stateset_plugins.rewards").joinpath("policies/airline.yaml").read_text()
+        return {"policy": yaml.safe_load(text)}
 
     def __init__(self, config=None):
         # Check the policy first: its errors (missing policy, a YAML `on:` key read as true, a bad expression)
@@ -152,13 +163,25 @@ class _Context:
             "result": self._result,
             "called": lambda tool: self._result(tool) is not UNKNOWN,
             "args_of": lambda tool, **match: self._result(tool, _want="arguments", **match),
+            "results_of": self._results_of,
+            "records_of": self._records_of,
             "user_said": lambda *p: any(has_phrase(t, _expand(p, words)) for t in self._texts("user")),
             "user_said_last": lambda *p: has_phrase(self._last_text("user"), _expand(p, words)),
             "agent_said": lambda *p: any(has_phrase(t, _expand(p, words)) for t in self._texts("assistant")),
             "turn_says": lambda *p: has_phrase(decision["text"], _expand(p, words)),
+            "turn_matches": lambda pattern: _regex_matches(pattern, decision["text"]),
+            "seen": self._seen,
         }
 
     # ------------------------------------------------------------------------------------------------ facts
+    def _seen(self, value: Any) -> Any:
+        """Did `value` appear (word-bounded, case-insensitive) in a tool result or a user message of the prefix?
+        What the agent may state as a fact is what the user or the tools provided."""
+        if value is UNKNOWN or value is None:
+            return UNKNOWN
+        sources = [message_text(m) for m in self.prefix if m.get("role") in ("tool", "user")]
+        return any(has_phrase(text, (str(value),)) for text in sources)
+
     def _texts(self, role: str) -> list[str]:
         return [message_text(m) for m in self.prefix if m.get("role") == role]
 
@@ -175,10 +198,9 @@ class _Context:
             return False
         return not no or last.lower().find(no[0]) > last.lower().find(yes[0])
 
-    def _result(self, tool: str | Sequence[str], _want: str = "result", **match: Any) -> Any:
-        """The latest successful result of `tool` (or of any tool in a list) in the prefix whose call arguments
-        equal `match`, as data. A list lets a write's result (the updated record) count as the latest state.
-        `_want="arguments"`: that call's own arguments instead (what a write set, when its result does not echo it)."""
+    def _successful_calls(self, tool: str | Sequence[str], match: Mapping[str, Any]):
+        """(arguments, parsed result) of each successful call to `tool` (or any tool in a list) in the prefix whose
+        arguments equal `match`, latest first. A failed call (no answer, or an error result) established nothing."""
         tools = {tool} if isinstance(tool, str) else set(tool)
         for index in range(len(self.prefix) - 1, -1, -1):
             message = self.prefix[index]
@@ -192,19 +214,41 @@ class _Context:
                     continue
                 answer = tool_result(self.prefix, call["id"], index + 1)
                 if answer is None or is_error_result(message_text(answer)):
-                    continue  # a failed call established nothing
-                return arguments if _want == "arguments" else parse_json_maybe(message_text(answer))
+                    continue
+                yield arguments, parse_json_maybe(message_text(answer))
+
+    def _result(self, tool: str | Sequence[str], _want: str = "result", **match: Any) -> Any:
+        """The latest successful result of `tool` (or of any tool in a list) in the prefix whose call arguments
+        equal `match`, as data. A list lets a write's result (the updated record) count as the latest state.
+        `_want="arguments"`: that call's own arguments instead (what a write set, when its result does not echo it)."""
+        for arguments, result in self._successful_calls(tool, match):
+            return arguments if _want == "arguments" else result
         return UNKNOWN
+
+    def _results_of(self, tool: str | Sequence[str], **match: Any) -> list[Any]:
+        """Every successful result of `tool` matching the arguments, latest first (an empty list when none)."""
+        return [result for _, result in self._successful_calls(tool, match)]
+
+    def _records_of(self, tool: str | Sequence[str], **match: Any) -> list[Any]:
+        """The records (mappings, at any list depth) of every successful result of `tool`, latest call first. Each
+        record carries its call's arguments for the fields it lacks: what a call asked for is the context of what
+        it returned (a search by date returns records on that date, whether or not they repeat it)."""
+        records = []
+        for arguments, result in self._successful_calls(tool, match):
+            for record in flatten(result):
+                if isinstance(record, Mapping):
+                    records.append({**arguments, **record})
+        return records
+
+
+def _regex_matches(pattern: Any, text: str) -> list[str]:
+    """The distinct matches of a regular expression (from the policy file) in a text, in order."""
+    try:
+        compiled = re.compile(str(pattern))
+    except re.error as exc:
+        raise InputError(f"policy regular expression {pattern!r} does not compile: {exc}", field="policy")
+    return list(dict.fromkeys(m.group(0) for m in compiled.finditer(text)))
 
 
 def _arguments_match(arguments: Mapping[str, Any], match: Mapping[str, Any]) -> bool:
-    for key, wanted in match.items():
-        if wanted is UNKNOWN:
-            return False
-        have = arguments.get(key)
-        if isinstance(have, str) and isinstance(wanted, str):
-            if have.strip().casefold() != wanted.strip().casefold():
-                return False
-        elif have != wanted:
-            return False
-    return True
+    return matches(arguments, match)

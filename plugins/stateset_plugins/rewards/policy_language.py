@@ -72,6 +72,56 @@ def _as_set(values: Any) -> frozenset:
     return frozenset(tuple(v) if isinstance(v, list) else v for v in values or ())
 
 
+def _same(have: Any, wanted: Any) -> bool:
+    """Field equality as lookups use it: strings compare case-insensitively and trimmed, the rest exactly."""
+    if isinstance(have, str) and isinstance(wanted, str):
+        return have.strip().casefold() == wanted.strip().casefold()
+    return have == wanted
+
+
+def matches(item: Any, match: Mapping[str, Any]) -> bool:
+    """Does a mapping carry every `field=value` of `match`? An UNKNOWN wanted value never matches."""
+    if not isinstance(item, Mapping):
+        return False
+    return all(wanted is not UNKNOWN and _same(item.get(key), wanted) for key, wanted in match.items())
+
+
+def _where(items: Any, **match: Any) -> Any:
+    """The mappings of a list whose fields equal the given values (strings case-insensitive)."""
+    if items is UNKNOWN:
+        return UNKNOWN
+    return [item for item in items or () if matches(item, match)] if isinstance(items, list) else []
+
+
+def _find(items: Any, **match: Any) -> Any:
+    """The first mapping of a list whose fields equal the given values; UNKNOWN when none does."""
+    found = _where(items, **match)
+    return found[0] if isinstance(found, list) and found else UNKNOWN
+
+
+def flatten(value: Any) -> list[Any]:
+    """Nested lists made flat: [[a, b], [c]] -> [a, b, c]; a single non-list value -> [value]."""
+    if isinstance(value, list):
+        return [leaf for item in value for leaf in flatten(item)]
+    return [] if value is None or value is UNKNOWN else [value]
+
+
+def _kleene_all(values: Any) -> Any:
+    """All true: false if any is false, else UNKNOWN if any is unknown, else true (also for an empty list)."""
+    values = list(values)
+    if any(v is not UNKNOWN and not v for v in values):
+        return False
+    return UNKNOWN if any(v is UNKNOWN for v in values) else True
+
+
+def _kleene_any(values: Any) -> Any:
+    """Some true: true if any is true, else UNKNOWN if any is unknown, else false."""
+    values = list(values)
+    if any(v is not UNKNOWN and bool(v) for v in values):
+        return True
+    return UNKNOWN if any(v is UNKNOWN for v in values) else False
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "known": lambda *values: _known(*values),
     "len": _strict(lambda v: len(v)),
@@ -85,6 +135,11 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "count_prefix": _strict(_count_prefix),
     "hours_between": _strict(_hours_between),
     "lower": _strict(lambda s: str(s).lower()),
+    "all": _strict(_kleene_all),
+    "any": _strict(_kleene_any),
+    "flatten": _strict(flatten),
+    "find": _find,
+    "where": _where,
 }
 
 _COMPARE: dict[type, Callable[[Any, Any], bool]] = {
@@ -105,8 +160,14 @@ def compile_expression(source: str, where: str) -> ast.Expression:
         raise InputError(f"policy expression in {where} does not parse: {exc.msg}: {source!r}", field=where)
     allowed = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare,
                ast.BinOp, ast.Name, ast.Load, ast.Attribute, ast.Subscript, ast.Constant, ast.List, ast.Tuple,
-               ast.Call, ast.keyword, ast.IfExp, *_COMPARE, *_ARITHMETIC)
+               ast.Call, ast.keyword, ast.IfExp, ast.GeneratorExp, ast.ListComp, ast.comprehension, ast.Store,
+               *_COMPARE, *_ARITHMETIC)
     for node in ast.walk(tree):
+        if isinstance(node, (ast.GeneratorExp, ast.ListComp)) and (
+                len(node.generators) != 1 or not isinstance(node.generators[0].target, ast.Name)
+                or node.generators[0].is_async):
+            raise InputError(f"policy expression in {where} has a comprehension that is not "
+                             f"`... for name in list [if condition]`: {source!r}", field=where)
         if not isinstance(node, allowed):
             raise InputError(f"policy expression in {where} uses {type(node).__name__}, which the policy "
                              f"language does not allow: {source!r}", field=where)
@@ -124,9 +185,34 @@ class Evaluator:
     def __init__(self, resolve_name: Callable[[str], Any], functions: Mapping[str, Callable[..., Any]]):
         self._resolve_name = resolve_name
         self._functions = {**FUNCTIONS, **functions}
+        self._locals: dict[str, Any] = {}  # comprehension variables in scope
 
     def evaluate(self, tree: ast.Expression) -> Any:
-        return self._eval(tree.body)
+        saved, self._locals = self._locals, {}  # a fact never sees the comprehension variables of its caller
+        try:
+            return self._eval(tree.body)
+        finally:
+            self._locals = saved
+
+    def _comprehension(self, node: ast.GeneratorExp | ast.ListComp) -> Any:
+        """`[expr for x in items if cond]`: the values of expr for each item whose conditions are true (an
+        UNKNOWN condition leaves the item out); an UNKNOWN list gives UNKNOWN."""
+        generator = node.generators[0]
+        items = self._eval(generator.iter)
+        if items is UNKNOWN:
+            return UNKNOWN
+        if not isinstance(items, (list, tuple, frozenset, set)):
+            items = list(items) if isinstance(items, Mapping) else []
+        name, saved = generator.target.id, dict(self._locals)
+        out = []
+        try:
+            for item in items:
+                self._locals[name] = item
+                if all(_is_true(self._eval(cond)) for cond in generator.ifs):
+                    out.append(self._eval(node.elt))
+        finally:
+            self._locals = saved
+        return out
 
     def _eval(self, node: ast.AST) -> Any:
         if isinstance(node, ast.Constant):
@@ -134,7 +220,11 @@ class Evaluator:
         if isinstance(node, ast.Name):
             if node.id in ("true", "false", "null"):
                 return {"true": True, "false": False, "null": None}[node.id]
+            if node.id in self._locals:
+                return self._locals[node.id]
             return self._resolve_name(node.id)
+        if isinstance(node, (ast.GeneratorExp, ast.ListComp)):
+            return self._comprehension(node)
         if isinstance(node, (ast.List, ast.Tuple)):
             return [self._eval(e) for e in node.elts]
         if isinstance(node, ast.Attribute):
@@ -200,6 +290,10 @@ class Evaluator:
                 return UNKNOWN
             left = right
         return True
+
+
+def _is_true(value: Any) -> bool:
+    return value is not UNKNOWN and bool(value)
 
 
 def _field(container: Any, key: Any) -> Any:
