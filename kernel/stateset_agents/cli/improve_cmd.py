@@ -28,7 +28,7 @@ def run_cmd(
                                     help="Curate applicable turns scoring at least this."),
     policy: Optional[Path] = typer.Option(None, "--policy",
                                           help="Policy file (YAML or JSON), given to the reward as config.policy."),
-    runtime: str = typer.Option("inprocess", "--runtime", help="Where the reward runs: inprocess or subprocess."),
+    runtime: str = typer.Option("inprocess", "--runtime", help="Where the reward runs: inprocess, subprocess or container."),
     held_out: float = typer.Option(DEFAULT_HELD_OUT, "--held-out",
                                    help="Share of conversations held out for evaluation (0: none)."),
     base_model: str = typer.Option(DEFAULT_BASE_MODEL, "--base-model", help="Base model named in the train command."),

@@ -18,7 +18,7 @@ def ingest(
                                                            "ingest_summary.json."),
     redact: bool = typer.Option(False, "--redact", help="Replace e-mail addresses, phone, card and IBAN numbers, "
                                                         "IP addresses and SSNs with placeholders."),
-    runtime: str = typer.Option("inprocess", "--runtime", help="Where the ingestor runs: inprocess or subprocess."),
+    runtime: str = typer.Option("inprocess", "--runtime", help="Where the ingestor runs: inprocess, subprocess or container."),
 ):
     """Turn conversation logs into transcripts, one conversation a line. Bad lines go to rejects.jsonl; the run
     fails only when nothing could be ingested."""
