@@ -1,7 +1,8 @@
 """The one seam for model operations: generate, token log-probs, forward-backward, optimizer step, save/load.
 
 The engine talks only to `Backend`. `LocalTorchBackend` runs a transformers causal LM with a PEFT LoRA adapter in
-this process; a hosted backend (River, ...) implements the same methods remotely.
+this process (its ``generate`` through transformers, or through vLLM with ``rollout_engine: vllm``, see
+`vllm_rollout`); a hosted backend (River, ...) implements the same methods remotely.
 """
 from __future__ import annotations
 
@@ -75,6 +76,18 @@ def completion_logprobs(model, batch: Batch, temperature: float, *, hidden: bool
     return logp, out.hidden_states[-1][:, -(width + 1):-1, :]
 
 
+def resolve_device(name: str) -> torch.device:
+    """"auto": the first CUDA device when there is one, else the CPU; an explicit CUDA device must exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        from stateset_agents.errors import InputError
+
+        raise InputError(f"device {name!r} asked for, but torch sees no CUDA device", field="device")
+    return device
+
+
 def lora_config(config) -> Any:
     from peft import LoraConfig
 
@@ -83,7 +96,8 @@ def lora_config(config) -> Any:
 
 
 class LocalTorchBackend:
-    """A causal LM + LoRA adapter in this process (CPU or one GPU).
+    """A causal LM + LoRA adapter in this process (CPU or one GPU: ``device``, else the config's, "auto" picks CUDA
+    when available).
 
     The frozen reference is the same model with the adapter disabled, so there is one copy of the base weights.
     """
@@ -93,7 +107,13 @@ class LocalTorchBackend:
 
         self.config = config
         self.tokenizer = tokenizer
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        use_vllm = getattr(config, "rollout_engine", "transformers") == "vllm"
+        if use_vllm:
+            from .vllm_rollout import import_vllm
+
+            import_vllm()  # a missing vLLM fails here, before the caller's model is wrapped and moved
+        self.device = resolve_device(device or getattr(config, "device", "auto"))
+        base_path = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
         if not isinstance(model, PeftModel):
             model = get_peft_model(model, lora_config(config))
         self.model = model.to(self.device)
@@ -116,6 +136,13 @@ class LocalTorchBackend:
             torch.nn.init.zeros_(self.value_head.bias)
             self.value_optimizer = torch.optim.AdamW(self.value_head.parameters(), lr=config.value_learning_rate,
                                                      weight_decay=0.0)
+        self.policy_version = 0  # bumped whenever the adapter weights change (an update, a loaded adapter)
+        self.rollout = None
+        if use_vllm:
+            from .vllm_rollout import VLLMRollout
+
+            self.rollout = VLLMRollout(base_path, getattr(tokenizer, "name_or_path", "") or base_path, config,
+                                       self.eos_ids, self.save_adapter)
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -137,6 +164,9 @@ class LocalTorchBackend:
 
     @torch.no_grad()
     def generate(self, prompts, *, max_new_tokens, temperature, adapter=True):
+        if self.rollout is not None:
+            return self.rollout.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                                         adapter=adapter, version=self.policy_version)
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attn = torch.zeros_like(ids)
@@ -195,16 +225,33 @@ class LocalTorchBackend:
 
     def forward_backward(self, batch, loss_fn, *, temperature, values=False):
         batch = self._to_device(batch)
+        hidden = None
         if values:
             new_logp, hidden = completion_logprobs(self.model, batch, temperature, hidden=True)
-            loss, stats = loss_fn(new_logp, batch, self._values(hidden))
         else:
             new_logp = completion_logprobs(self.model, batch, temperature)
+        mismatch: dict[str, float] = {}
+        if self.rollout is not None and hasattr(self.config, "tis_cap"):
+            batch, mismatch = self._importance_correction(new_logp, batch)
+        if values:
+            loss, stats = loss_fn(new_logp, batch, self._values(hidden))
+        else:
             loss, stats = loss_fn(new_logp, batch)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is not finite ({float(loss)})")
         loss.backward()
-        return {"loss": float(loss.detach()), **stats}
+        return {"loss": float(loss.detach()), **stats, **mismatch}
+
+    def _importance_correction(self, new_logp, batch):
+        from .rollout import IntegrityError
+        from .vllm_rollout import apply_tis
+
+        if self.rollout.sampled_version != self.policy_version:
+            # the live log-probs stand for the sampling policy's only while the weights are the ones that sampled
+            raise IntegrityError("batch", f"sampled by policy version {self.rollout.sampled_version}, trained at "
+                                          f"{self.policy_version}: the importance correction needs the trainer's "
+                                          "log-probs of the sampling policy")
+        return apply_tis(new_logp, batch, self.config.tis_cap)
 
     def optimizer_step(self, *, policy=True):
         """One step of the LoRA optimizer (and the value head's, if any); ``policy=False`` steps only the value
@@ -228,6 +275,7 @@ class LocalTorchBackend:
             raise FloatingPointError(f"gradient norm is not finite ({float(norm)})")
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
+        self.policy_version += 1
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {"grad_norm": float(norm), "learning_rate": float(lr), **stats}
@@ -249,6 +297,7 @@ class LocalTorchBackend:
         unexpected = getattr(result, "unexpected_keys", [])
         if unexpected:
             raise ValueError(f"adapter in {directory} does not fit this model: unexpected {unexpected[:3]}")
+        self.policy_version += 1
 
     def training_state(self):
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}

@@ -13,6 +13,8 @@ from typing import Any, ClassVar, Mapping
 from stateset_agents.errors import InputError
 from stateset_agents.jsonio import digest
 
+ROLLOUT_ENGINES = ("transformers", "vllm")
+
 
 @dataclass
 class TrainConfig:
@@ -28,6 +30,12 @@ class TrainConfig:
       from 1 before any update), ``lora_target_modules`` ("all-linear").
     * ``save_every`` (10): a checkpoint every that many committed updates, and always after the last one;
       ``keep_checkpoints`` (2) most recent ones kept. ``seed`` (0).
+    * ``device`` ("auto"): where the local backend runs: "auto" (CUDA when available, else CPU), "cpu", "cuda",
+      "cuda:N".
+    * ``rollout_engine`` ("transformers"): what samples rollouts and evaluation replies: "transformers" (``generate``
+      in the training process) or "vllm" (an offline vLLM engine with the adapter swapped in per policy version;
+      needs ``pip install 'stateset-agents[vllm]'``, see docs/gpu.md). ``vllm_engine_args`` ({}): extra
+      ``vllm.LLM`` arguments (``gpu_memory_utilization`` defaults to 0.5 there, leaving room for the trainer).
     """
 
     algorithm: ClassVar[str] = ""
@@ -47,6 +55,9 @@ class TrainConfig:
     save_every: int = 10
     keep_checkpoints: int = 2
     seed: int = 0
+    device: str = "auto"
+    rollout_engine: str = "transformers"
+    vllm_engine_args: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         positive = ("steps", "batch_size", "max_prompt_tokens", "max_new_tokens", "lora_r", "save_every",
@@ -56,6 +67,14 @@ class TrainConfig:
                 raise InputError(f"{name} must be positive, got {getattr(self, name)!r}", field=name)
         if self.temperature < 0:
             raise InputError("temperature must be >= 0", field="temperature")
+        device = str(self.device)
+        if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+            raise InputError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}", field="device")
+        if self.rollout_engine not in ROLLOUT_ENGINES:
+            raise InputError(f"rollout_engine must be one of {', '.join(ROLLOUT_ENGINES)}, got "
+                             f"{self.rollout_engine!r}", field="rollout_engine")
+        if not isinstance(self.vllm_engine_args, Mapping):
+            raise InputError("vllm_engine_args must be a mapping of vllm.LLM arguments", field="vllm_engine_args")
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any] | None) -> "TrainConfig":
@@ -81,6 +100,9 @@ class PolicyConfig(TrainConfig):
       so budgets match across objectives).
     * ``beta``: KL coefficient against the reference (base model, adapter disabled).
     * ``epsilon``: lower (and, without ``epsilon_high``, upper) clipping range of the importance ratio.
+    * ``tis_cap`` (2.0): with ``rollout_engine: vllm``, the cap C of the truncated importance weight
+      min(exp(logp_trainer - logp_vllm), C) that corrects the sampler/trainer mismatch in the loss; null turns the
+      correction off (the mismatch is still reported).
     """
 
     #: clip-higher objectives require epsilon_high >= epsilon; CISPO's lower bound is "off" (a large epsilon)
@@ -88,9 +110,12 @@ class PolicyConfig(TrainConfig):
     num_generations: int = 4
     beta: float = 0.04
     epsilon: float = 0.2
+    tis_cap: float | None = 2.0
 
     def __post_init__(self):
         super().__post_init__()
+        if self.tis_cap is not None and not self.tis_cap > 0:
+            raise InputError("tis_cap must be positive (or null: no correction)", field="tis_cap")
         if self.num_generations < 2:
             raise InputError("num_generations must be at least 2 (advantages are relative to the group)",
                              field="num_generations")

@@ -1,0 +1,262 @@
+"""Rollouts through an offline vLLM engine, behind the backend's ``generate``; the truncated importance correction.
+
+vLLM samples from the same base weights (loaded by vLLM from disk) with the trainer's LoRA adapter, saved and
+swapped in once per policy version as a `LoRARequest` with a new int id and path (vLLM caches adapters by id, so
+new weights need a new id; no restart). The behaviour log-probs are vLLM's own, after temperature
+(``logprobs_mode="processed_logprobs"``, vLLM >= 0.10; older versions return raw log-probs and are refused).
+
+vLLM's kernels differ from the trainer's, so its log-probs of the same policy differ a little. The loss therefore
+uses the trainer's log-probs of the sampling policy as the ratio's denominator and weights each sampled token by
+the truncated importance weight min(exp(logp_trainer - logp_vllm), C) (TIS); the mismatch is reported.
+
+`to_generations` reads real vLLM ``RequestOutput`` objects or recorded JSON with the same fields (duck typing): the
+CPU tests use recordings, since vLLM does not install without a GPU.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+
+from stateset_agents.errors import ComponentUnavailable
+
+from .rollout import IntegrityError
+
+INSTALL = "pip install 'stateset-agents[vllm]'"
+MIN_VERSION = (0, 10)  # the first release with logprobs_mode="processed_logprobs"
+LORA_RANKS = (8, 16, 32, 64, 128, 256, 512)  # max_lora_rank values vLLM accepts
+_MISSING = object()
+
+
+def import_vllm():
+    """The vllm module, or a clear error saying how to install it (imported only when rollout_engine is vllm)."""
+    try:
+        vllm = importlib.import_module("vllm")
+        importlib.import_module("vllm.lora.request")
+    except ImportError as exc:
+        raise ComponentUnavailable("rollout_engine 'vllm'", [f"vllm ({exc})"], INSTALL) from None
+    version = _version_tuple(getattr(vllm, "__version__", "0"))
+    if version < MIN_VERSION:
+        raise ComponentUnavailable(
+            "rollout_engine 'vllm'", [f"vllm >= {'.'.join(map(str, MIN_VERSION))} (found {vllm.__version__}: it "
+                                      "returns log-probs before temperature, not the sampling policy's)"], INSTALL)
+    return vllm
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in str(text).split(".")[:2]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+# ------------------------------------------------------------------------------------------ output conversion
+def _field(obj: Any, name: str, default: Any = _MISSING) -> Any:
+    if isinstance(obj, Mapping):
+        value = obj.get(name, default)
+    else:
+        value = getattr(obj, name, default)
+    if value is _MISSING:
+        raise KeyError(name)
+    return value
+
+
+def _sampled_logprob(position: Any, token: int) -> float | None:
+    """The log-prob recorded for ``token`` at one position ({token_id: Logprob}; JSON keys are strings)."""
+    if position is None:
+        return None
+    hit = position.get(token)
+    if hit is None:
+        hit = position.get(str(token))
+    if hit is None:
+        return None
+    value = hit if isinstance(hit, (int, float)) else _field(hit, "logprob", None)
+    return None if value is None else float(value)
+
+
+def to_generations(outputs: Iterable[Any], eos_ids: set[int], max_new_tokens: int):
+    """vLLM ``RequestOutput``s (or their recordings) -> the engine's `Generation`s, in request order, one per
+    ``CompletionOutput``. Anything that does not add up is an `IntegrityError`; a log-prob is never invented."""
+    from .backend import Generation
+
+    result = []
+    for k, request in enumerate(outputs):
+        where = f"vllm request #{k}"
+        try:
+            where = f"vllm request {_field(request, 'request_id')}"
+            for j, completion in enumerate(_field(request, "outputs")):
+                ids, logps, truncated = _completion(completion, f"{where} output {j}", eos_ids, max_new_tokens)
+                result.append(Generation(ids=ids, logps=logps, truncated=truncated))
+        except (KeyError, TypeError, ValueError) as exc:  # a record of another shape: refuse it, never guess
+            raise IntegrityError(where, f"not a vLLM RequestOutput ({type(exc).__name__}: {exc})") from None
+    return result
+
+
+def _completion(c: Any, where: str, eos_ids: set[int], max_new_tokens: int) -> tuple[list[int], list[float], bool]:
+    ids = [int(t) for t in _field(c, "token_ids")]
+    if not ids or len(ids) > max_new_tokens:
+        raise IntegrityError(where, f"{len(ids)} sampled tokens, expected 1 to {max_new_tokens}")
+    positions = _field(c, "logprobs", None)
+    if positions is None:
+        raise IntegrityError(where, "no log-probs (SamplingParams(logprobs=...) unset); behaviour log-probs are "
+                                    "recorded at sampling time, never invented")
+    if len(positions) != len(ids):
+        raise IntegrityError(where, f"{len(positions)} log-prob positions for {len(ids)} tokens")
+    logps = []
+    for t, token in enumerate(ids):
+        value = _sampled_logprob(positions[t], token)
+        if value is None:
+            raise IntegrityError(where, f"no log-prob for the sampled token {token} at position {t} (behaviour "
+                                        "log-probs are recorded at sampling time, never invented)")
+        if not math.isfinite(value) or value > 1e-4:
+            raise IntegrityError(where, f"log-prob {value} of the sampled token {token} at position {t} is not a "
+                                        "finite non-positive number")
+        logps.append(value)
+    finish = _field(c, "finish_reason", None)
+    ends = [t for t, token in enumerate(ids) if token in eos_ids]
+    if finish == "stop":
+        if ends != [len(ids) - 1]:  # only end-of-sequence ids stop (no stop strings): the last token is one
+            raise IntegrityError(where, f"finished 'stop' but end-of-sequence tokens sit at {ends} of {len(ids)}")
+        truncated = False
+    elif finish == "length":
+        if ends:
+            raise IntegrityError(where, f"finished 'length' with an end-of-sequence token at {ends[0]}")
+        truncated = True
+    else:
+        raise IntegrityError(where, f"unfinished request (finish_reason {finish!r})")
+    total = _field(c, "cumulative_logprob", None)
+    if total is not None and abs(float(total) - sum(logps)) > 1e-3 * len(logps) + 1e-4:
+        raise IntegrityError(where, f"cumulative_logprob {total} disagrees with the per-token sum {sum(logps)}")
+    return ids, logps, truncated
+
+
+# ------------------------------------------------------------------------------------------------ adapters
+class AdapterVersions:
+    """One `LoRARequest` per policy version: a version's adapter is saved once, under its own path, and gets the
+    int id version + 1 (vLLM wants ids > 0); the previous version's files are removed after the switch."""
+
+    def __init__(self, root: Path, save: Callable[[Path], None], make_request: Callable[..., Any]):
+        self.root, self.save, self.make_request = Path(root), save, make_request
+        self.version: int | None = None
+        self.current: Any = None
+
+    def request(self, version: int) -> tuple[Any, Any]:
+        """(the request for ``version``, the request it replaced or None)."""
+        if version == self.version:
+            return self.current, None
+        if self.version is not None and version < self.version:
+            raise ValueError(f"policy version went back from {self.version} to {version}")
+        path = self.root / f"policy-v{version}"
+        self.save(path)
+        retired, self.version = self.current, version
+        self.current = self.make_request(lora_name=f"policy-v{version}", lora_int_id=version + 1,
+                                         lora_path=str(path))
+        if retired is not None:
+            shutil.rmtree(_field(retired, "lora_path"), ignore_errors=True)
+        return self.current, retired
+
+
+class VLLMRollout:
+    """``generate`` through ``vllm.LLM`` (built on first use) with the adapter of the current policy version."""
+
+    def __init__(self, model_path: str, tokenizer_path: str, config, eos_ids: set[int],
+                 save_adapter: Callable[[Path], None], workdir: Path | None = None):
+        self.vllm = import_vllm()
+        if not model_path:
+            raise ValueError("rollout_engine 'vllm' loads the base model itself: the model needs a name_or_path "
+                             "(a local directory or hub id holding the same weights)")
+        self.model_path, self.tokenizer_path, self.config = model_path, tokenizer_path or model_path, config
+        self.eos_ids = set(eos_ids)
+        request_cls = importlib.import_module("vllm.lora.request").LoRARequest
+        root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="stateset-vllm-adapters-"))
+        self.adapters = AdapterVersions(root, save_adapter, request_cls)
+        self.sampled_version: int | None = None  # the policy version of the last adapter rollout
+        self._llm = None
+
+    def engine_args(self) -> dict[str, Any]:
+        cfg = self.config
+        rank = next((r for r in LORA_RANKS if r >= cfg.lora_r), cfg.lora_r)
+        args = {"gpu_memory_utilization": 0.5, "seed": cfg.seed, "dtype": "auto", **dict(cfg.vllm_engine_args)}
+        # what the behaviour log-probs and the adapter swap rely on; not overridable
+        args.update(model=self.model_path, tokenizer=self.tokenizer_path, enable_lora=True, max_loras=1,
+                    max_lora_rank=rank, logprobs_mode="processed_logprobs")
+        return args
+
+    @property
+    def llm(self):
+        if self._llm is None:
+            self._llm = self.vllm.LLM(**self.engine_args())
+        return self._llm
+
+    def sampling_params(self, max_new_tokens: int, temperature: float):
+        # only temperature shapes the distribution (as in the transformers path): the recorded log-probs must be
+        # the policy the loss computes. logprobs=1: the sampled token's entry is always returned with it.
+        return self.vllm.SamplingParams(n=1, temperature=temperature, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
+                                        presence_penalty=0.0, frequency_penalty=0.0, max_tokens=max_new_tokens,
+                                        logprobs=1, stop_token_ids=sorted(self.eos_ids), ignore_eos=False)
+
+    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float,
+                 adapter: bool, version: int):
+        lora = None
+        if adapter:
+            lora, retired = self.adapters.request(version)
+            remove = getattr(getattr(self.llm, "llm_engine", None), "remove_lora", None)
+            if retired is not None and remove is not None:
+                remove(_field(retired, "lora_int_id"))
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts],
+                                    self.sampling_params(max_new_tokens, temperature), lora_request=lora,
+                                    use_tqdm=False)
+        gens = to_generations(outputs, self.eos_ids, max_new_tokens)
+        if len(gens) != len(prompts):
+            raise IntegrityError("vllm", f"{len(gens)} completions for {len(prompts)} prompts")
+        if adapter:
+            self.sampled_version = version
+        return gens
+
+
+# --------------------------------------------------------------------------------- truncated importance sampling
+def tis_weights(trainer_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
+                cap: float | None) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per sampled token w = min(exp(logp_trainer - logp_vllm), cap) (1 without a cap, 0 off the mask), and the
+    mismatch stats: mean and max |logp_trainer - logp_vllm|, the fraction of tokens whose weight was capped."""
+    on = mask > 0
+    delta = torch.where(on, trainer_logp.detach() - behaviour_logp, torch.zeros_like(trainer_logp))
+    ratio = torch.exp(delta)
+    if cap is None:
+        weight = torch.ones_like(ratio)
+        capped = torch.zeros_like(on)
+    else:
+        weight = torch.clamp(ratio, max=float(cap))
+        capped = ratio > cap
+    weight = torch.where(on, weight, torch.zeros_like(weight))
+    count = max(int(on.sum()), 1)
+    stats = {"vllm_logp_abs_diff_mean": float(delta.abs().sum()) / count,
+             "vllm_logp_abs_diff_max": float(delta.abs().max()) if on.any() else 0.0,
+             "tis_clip_fraction": float((capped & on).sum()) / count,
+             "tis_weight_mean": float(weight.sum()) / count}
+    return weight, stats
+
+
+def apply_tis(new_logp: torch.Tensor, batch, cap: float | None):
+    """The batch the loss sees and the mismatch stats.
+
+    The trainer's log-probs of the sampling policy are the live ones (one optimizer update per rollout batch, and
+    the caller checks that the weights have not moved since sampling), so they replace vLLM's as the ratio's
+    denominator. Each token's gradient is scaled by its TIS weight through a hook: every objective's per-token
+    term depends on the live log-prob of that token only, so this equals weighting each token's loss term.
+    """
+    mask = batch.completion_mask
+    old = new_logp.detach()
+    weight, stats = tis_weights(old, batch.behaviour_logp, mask, cap)
+    if new_logp.requires_grad and cap is not None:
+        weight = weight.to(new_logp.device)
+        new_logp.register_hook(lambda grad: grad * weight)
+    denominator = torch.where(mask > 0, old, torch.full_like(old, math.nan))
+    return dataclasses.replace(batch, behaviour_logp=denominator), stats
