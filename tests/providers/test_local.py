@@ -38,7 +38,7 @@ def _write_inputs(tmp_path):
     return data, prompts, config
 
 
-def test_train_remote_local_end_to_end_and_attach(tiny_model, tmp_path, capsys):
+def test_train_remote_local_end_to_end_and_attach(tiny_model, tmp_path, capsys, monkeypatch):
     data, prompts, config = _write_inputs(tmp_path)
     out = tmp_path / "runs" / "r1"
     argv = ["train-remote", "--provider", "local", "--dataset", str(data), "--base-model", str(tiny_model),
@@ -62,6 +62,15 @@ def test_train_remote_local_end_to_end_and_attach(tiny_model, tmp_path, capsys):
     capsys.readouterr()
     assert main(["costs", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["run_id"] == run_id
+    # chat with the collected adapter through stdin, as `chat` does, served by evaluator:chat in a subprocess
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("what is 7 + 8\n/quit\n"))
+    assert main(["chat-remote", "--provider", "local", "--run", run_id, "--max-cost", "0.5"]) == 0
+    assert capsys.readouterr().out.count("assistant> ") == 1
+    chats = [r for r in state.read_ledger() if r["kind"] == "chat"]
+    assert [(r["run_id"], r["spend_usd"], r["max_cost_usd"]) for r in chats] == [(run_id, 0.0, 0.5)]
+    assert main(["chat-remote", "--provider", "local", "--run", run_id, "--max-cost", "0"]) == 2  # no cap, no chat
 
 
 def test_plan_only_then_detached_launch_then_cancel(tiny_model, tmp_path, capsys):

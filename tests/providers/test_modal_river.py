@@ -167,9 +167,11 @@ def test_river_refuses_a_cap_it_cannot_price_and_prices_from_a_dated_table(monke
     table = {"as_of": "2026-01-01", "models": {"Qwen/Qwen3-8B": {"train_per_mtok": 1.0, "sample_per_mtok": 0.5}}}
     quote = RiverProvider({"price_table": table}).quote({"base_model": "Qwen/Qwen3-8B", "max_hours": 2,
                                                           "training": {"steps": 10}})
-    # 10 steps x 4 prompts x 8 generations x (512 + 64) train tokens, x 64 sampled
-    assert enforce_cap(quote, 1, 2, 100.0) == pytest.approx((10 * 32 * 576 * 1.0 + 10 * 32 * 64 * 0.5) / 1e6)
-    with pytest.raises(StatesetError, match="River backend"):
+    # 10 steps x 4 prompts x 8 generations x (512 + 64) tokens: scored 3 times (forward, forward-backward, KL
+    # reference) at the training price and sampled once
+    assert enforce_cap(quote, 1, 2, 100.0) == pytest.approx((10 * 32 * 576 * 3 * 1.0 + 10 * 32 * 576 * 0.5) / 1e6)
+    monkeypatch.delenv("RIVER_API_KEY")
+    with pytest.raises(InputError, match="RIVER_API_KEY"):
         RiverProvider().launch({})
 
 
@@ -205,9 +207,19 @@ def _river_signatures(wheel: Path) -> dict[str, inspect.Signature]:
 
 
 class Recorder:
-    """Records each call as (Class.method, args, kwargs); returns another recorder of the declared class."""
+    """Records each call as (Class.method, args, kwargs); returns another recorder of the declared class, or a value
+    shaped like the declared result type (from river_client/types.py)."""
 
-    RETURNS = {"Client.session": "SessionContext", "Session.create_model": "Model"}
+    RETURNS = {"Client.session": "SessionContext", "SessionContext.__enter__": "Session",
+               "Session.create_model": "Model"}
+    VALUES = {"Model.sample": [[SimpleNamespace(tokens=[1, 2], logprobs=[-0.1, -0.2], stop_reason="stop",
+                                                prompt_tokens=3)]],
+              "Session.sample": [[SimpleNamespace(tokens=[1], logprobs=[-0.1], stop_reason="eos", prompt_tokens=3)]],
+              "Model.forward": SimpleNamespace(metrics={"num_tokens": 4.0}, logprobs=[[-0.5, -0.25, 0.0]]),
+              "Model.forward_backward": SimpleNamespace(metrics={"loss": 1.0}, logprobs=None),
+              "Model.optim_step": SimpleNamespace(metrics={"grad_norm": 0.5}, policy_version=None),
+              "Model.save_weights": SimpleNamespace(path="river://run/weights/x", step=1,
+                                                    checkpoint_type="training")}
 
     def __init__(self, cls, log):
         self._cls, self._log = cls, log
@@ -216,7 +228,7 @@ class Recorder:
         def call(*args, **kwargs):
             key = f"{self._cls}.{name}"
             self._log.append((key, args, kwargs))
-            return Recorder(self.RETURNS.get(key, "?"), self._log)
+            return self.VALUES[key] if key in self.VALUES else Recorder(self.RETURNS.get(key, "?"), self._log)
         return call
 
 
@@ -233,17 +245,29 @@ def test_river_sdk_calls_match_the_client_wheel():
     log: list = []
     sdk = SimpleNamespace(Client=lambda **kw: (log.append(("Client.__init__", (), kw)), Recorder("Client", log))[1],
                           LoraConfig=lambda **kw: log.append(("LoraConfig.__init__", (), kw)))
+    sdk.Client = lambda **kw: (log.append(("Client.__init__", (), kw)), Recorder("Client", log))[1]
     client = river_sdk.connect("key", "api.river.ai", sdk=sdk)
     river_sdk.health(client)
-    river_sdk.open_session(client, "sa-x")
-    model = Recorder("Model", log)
-    river_sdk.create_model(Recorder("Session", log), "Qwen/Qwen3-8B", 16, sdk=sdk)
-    river_sdk.sample(model, ["hi"], num_samples=2, max_tokens=8, temperature=1.0, seed=0)
-    river_sdk.forward_backward(model, [{}], "cross_entropy")
-    river_sdk.optim_step(model, 1e-4, 1.0, "step-1")
-    river_sdk.save(model, "step-1")
+    context, sess = river_sdk.open_session(client, "sa-x")
+    model = river_sdk.create_model(sess, "Qwen/Qwen3-8B", 16, seed=0, sdk=sdk)
+    assert river_sdk.sample(model, [[1, 2, 3]], num_samples=1, max_tokens=8, temperature=1.0, seed=0) == (
+        [[{"tokens": [1, 2], "logprobs": [-0.1, -0.2], "stop_reason": "stop"}]], {"sample_tokens": 5})
+    river_sdk.sample_base(sess, "Qwen/Qwen3-8B", [[1, 2, 3]], max_tokens=8, temperature=0.0, seed=0)
+    assert river_sdk.forward(model, [{"input_ids": [1, 2, 3]}]) == ([[-0.5, -0.25, 0.0]], {"train_tokens": 4})
+    # no token count in the metrics: what was sent is what is billed
+    assert river_sdk.forward_backward(model, [{"input_ids": [1, 2, 3]}], "importance_sampling")[1] == {
+        "train_tokens": 3}
+    assert river_sdk.optim_step(model, 1e-4, 1.0, 0.0, "step-1") == {"grad_norm": 0.5}
+    assert river_sdk.save(model, "step-1", mode="inference") == "river://run/weights/x"
+    river_sdk.load(model, "river://run/weights/x")
+    river_sdk.close_session(context)
     river_sdk.close(client)
-    assert len(log) == 10
+    called = {key for key, _, _ in log}
+    # every function of the thin module that reaches river_client was exercised (download is plain HTTPS)
+    assert called >= {"Client.__init__", "Client.health_check", "Client.session", "SessionContext.__enter__",
+                      "SessionContext.__exit__", "Session.create_model", "LoraConfig.__init__", "Model.sample",
+                      "Session.sample", "Model.forward", "Model.forward_backward", "Model.optim_step",
+                      "Model.save_weights", "Model.load_weights", "Client.close"}
     for key, args, kwargs in log:
         assert key in sigs, f"river_client has no {key}"
         sigs[key].bind(*args, **kwargs)  # raises TypeError on a parameter the real client does not take

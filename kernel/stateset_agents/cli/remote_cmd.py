@@ -5,6 +5,7 @@ Commands that can spend money say so in their help ("SPENDS MONEY"). Logic lives
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -232,18 +233,35 @@ def chat_remote(
     gpu: Optional[str] = typer.Option(None, "--gpu"),
     max_minutes: float = typer.Option(30.0, "--max-minutes"),
 ):
-    """SPENDS MONEY. Chat with a trained adapter on a provider under its own cap (quote and refusal first)."""
+    """SPENDS MONEY. Chat with a trained adapter on a provider under its own cap (quote and refusal first). The
+    conversation is `stateset-agents chat`'s own loop, over stdin/stdout; local serves evaluator:chat in a
+    subprocess."""
     from ..errors import StatesetError
-    from ..remote import session
+    from ..remote import session, state
     from ..remote.cap import check_cap_value, enforce_cap
+    from .evidence_cmd import chat
 
     cap = check_cap_value(max_cost)
-    session._record(run_id)
+    record = session._record(run_id)
+    adapter = Path(record["output"]) / "adapter"
+    if record.get("phase") != "collected" or not adapter.is_dir():
+        raise StatesetError(f"run {run_id} has no collected adapter to chat with (phase {record.get('phase')})")
     with session.open_provider(provider_name) as provider:
-        quote = provider.quote({"gpu": gpu, "gpus": 1, "max_hours": max_minutes / 60.0, "storage_gb": 0})
+        quote = provider.quote({"gpu": gpu, "gpus": 1, "max_hours": max_minutes / 60.0, "storage_gb": 0,
+                                "base_model": (record.get("job") or {}).get("base_model")})
         worst = enforce_cap(quote, 1, max_minutes / 60.0, cap)
-    raise StatesetError(f"the quote (${worst:.2f} worst case) is within the cap, but remote chat sessions are not "
-                        "available in this version; nothing was rented")
+    if provider_name != "local":
+        raise StatesetError(f"the quote (${worst:.2f} worst case) is within the cap, but remote chat sessions on "
+                            f"{provider_name} are not available in this version; nothing was rented")
+    # local compute is priced at 0 USD/h, so no reply can pass the cap; the session is still booked
+    started = time.time()
+    try:
+        chat(base_model=None, adapter=adapter, reward=None, policy=None, system=None, temperature=None,
+             max_new_tokens=None, seed=None, runtime="subprocess")
+    finally:
+        spend = float(quote["usd_per_gpu_hour"]) * (time.time() - started) / 3600.0
+        state.append_ledger({"run_id": run_id, "kind": "chat", "provider": provider_name,
+                             "spend_usd": round(spend, 6), "max_cost_usd": cap, "outcome": "chatted"})
 
 
 @app.command("costs")

@@ -70,12 +70,15 @@ class Watchdog:
     margin: float = 0.05  # stop this share of the cap early: prices round and billing lags
     on_tick: Callable[[dict[str, Any]], None] | None = None
     spend: float = 0.0
+    last_increase: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)
 
     def accrue(self, status: Mapping[str, Any]) -> float:
         rate = float(status.get("cost_per_hour") or 0.0) or self.rate_per_hour
         by_uptime = rate * float(status.get("uptime_s") or 0.0) / 3600.0
+        before = self.spend
         self.spend = max(self.spend, by_uptime, float(status.get("spend_usd") or 0.0))
+        self.last_increase = self.spend - before
         return rate
 
     def check(self) -> dict[str, Any] | None:
@@ -90,6 +93,8 @@ class Watchdog:
             return status
         now = self.clock()
         ahead = rate * (self.poll_s + self.terminate_latency_s) / 3600.0
+        # usage-billed providers (River) spend in bursts no hourly rate predicts: the last poll's increase, again
+        ahead = max(ahead, self.last_increase * (1.0 + self.terminate_latency_s / self.poll_s))
         limit = self.max_cost * (1.0 - self.margin)
         reason = ("cap" if self.spend + ahead >= limit else
                   "deadline" if now + self.poll_s >= self.deadline_at else None)

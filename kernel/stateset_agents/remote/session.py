@@ -89,6 +89,8 @@ def finish(run_id: str, provider, final: Mapping[str, Any], spend: float) -> dic
     else:
         phase, error = "failed", final.get("message") or f"the job ended in state {final.get('state')}"
     provider.terminate(run_id)  # a finished pod that still serves its artifacts costs money: release it
+    # a provider that bills usage reports the final bill only once the job is over (River: tokens)
+    spend = max(spend, float(provider.status(run_id).get("spend_usd") or 0.0))
     state.append_ledger({"run_id": run_id, "kind": record.get("kind", "train"), "provider": record["provider"],
                          "job_id": (record.get("job") or {}).get("job_id"), "spend_usd": round(spend, 6),
                          "max_cost_usd": record["max_cost_usd"], "outcome": phase, "message": error})

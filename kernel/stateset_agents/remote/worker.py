@@ -29,6 +29,7 @@ BUNDLE_ENV = "STATESET_BUNDLE_B64"  # base64 of the gzipped workspace tar (no qu
 BUNDLE_SHA_ENV = "STATESET_BUNDLE_SHA256"
 PROVIDER_ENV = "STATESET_PROVIDER"
 GRACE_S = 60.0  # from the stop request to a hard exit
+STOP_FILE = "stop"  # written by a provider's terminate: the trainer stops, saves and ends its hosted session
 
 
 def receipt_for(run_dir: Path, run_id: str, state: str, final: dict[str, Any] | None) -> dict[str, Any]:
@@ -45,7 +46,9 @@ def request_for(job: Path, config: dict[str, Any]) -> dict[str, Any]:
             "eval_prompts": str(job / config["eval_prompts"]) if config.get("eval_prompts") else None,
             "base_model": config.get("base_model"), "reward": config.get("reward"),
             "reward_config": config.get("reward_config") or {}, "config": config.get("training") or {},
-            "output": str(job / "run")}
+            "output": str(job / "run"),
+            # a hosted backend (River) the provider chose for this job; absent: the trainer's local torch backend
+            **({"backend": load_json(job / "backend.json")} if (job / "backend.json").exists() else {})}
 
 
 def _status(job: Path, **fields: Any) -> None:
@@ -83,6 +86,8 @@ def run_job(job: Path) -> int:
             for event in trainer.run(request_for(job, config)):
                 log.write(dumps_line(event))
                 log.flush()
+                if (job / STOP_FILE).exists():  # a terminate request: stop at the next safe boundary
+                    trainer.cancel()
                 if event.get("type") in ("completed", "failed"):
                     final = event
                 if event.get("type") == "progress":

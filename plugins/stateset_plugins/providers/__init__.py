@@ -22,4 +22,4 @@ def register_providers(register):
     register("stateset_plugins.providers.river:RiverProvider", name="river", version=VERSION,
              requires=["river_client"],
              install="pip install 'stateset-agents[river]' (Python 3.12+; or use the `river` image)",
-             capabilities=("quote", "hosted_backend"))
+             capabilities=(*CAPABILITIES, "hosted_backend"))

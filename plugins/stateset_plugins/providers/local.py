@@ -83,14 +83,21 @@ class LocalProvider(Provider):
         created = time.time()
         meta = {"run_id": run_id, "job_id": f"local-{run_id}", "created_at": created,
                 "deadline_at": common.deadline_for(plan, created)}
+        self._prepare_job(staging, plan, meta)
         write_json(staging / "job.json", meta)
         os.replace(staging, job)  # the job exists only once whole: a retry sees all of it or none
-        env = {**os.environ, worker.DEADLINE_ENV: str(meta["deadline_at"]), worker.RUN_ID_ENV: run_id}
-        with open(job / "worker.log", "ab") as log:
-            self._children[run_id] = subprocess.Popen(
-                [sys.executable, "-m", "stateset_agents.remote.worker", "run", str(job)], env=env,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._start_worker(job, {**os.environ, worker.DEADLINE_ENV: str(meta["deadline_at"]),
+                                 worker.RUN_ID_ENV: run_id})
         return {**meta, "attached": False}
+
+    def _prepare_job(self, staging: Path, plan: Mapping[str, Any], meta: dict[str, Any]) -> None:
+        """Add what this provider's worker needs to the job before it appears (nothing, for local)."""
+
+    def _start_worker(self, job: Path, env: Mapping[str, str]) -> None:
+        with open(job / "worker.log", "ab") as log:
+            self._children[job.name] = subprocess.Popen(
+                [sys.executable, "-m", "stateset_agents.remote.worker", "run", str(job)], env=dict(env),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def status(self, run_id):
         job = self._job(run_id)
@@ -117,18 +124,24 @@ class LocalProvider(Provider):
         st = load_json(job / "status.json") if (job / "status.json").exists() else {}
         if st.get("state") != "running" or not _alive(int(st.get("pid", 0))):
             return {"run_id": run_id, "terminated": False}
-        pid = int(st["pid"])
+        self._stop_worker(run_id, int(st["pid"]))
+        current = load_json(job / "status.json")
+        write_json(job / "status.json", {**current, "state": "terminated",
+                                         "finished_at": current.get("finished_at") or time.time()})
+        return {"run_id": run_id, "terminated": True}
+
+    def _stop_worker(self, run_id: str, pid: int) -> None:
+        self._kill_worker(run_id, pid)
+
+    def _kill_worker(self, run_id: str, pid: int) -> None:
         os.killpg(pid, signal.SIGTERM)  # the worker leads its own session: its whole group goes
         for _ in range(100):
             if self._children.get(run_id):
                 self._children[run_id].poll()
             if not _alive(pid):
-                break
+                return
             time.sleep(0.1)
-        else:
-            os.killpg(pid, signal.SIGKILL)
-        write_json(job / "status.json", {**st, "state": "terminated", "finished_at": time.time()})
-        return {"run_id": run_id, "terminated": True}
+        os.killpg(pid, signal.SIGKILL)
 
     def list_jobs(self):
         if not self.root.is_dir():

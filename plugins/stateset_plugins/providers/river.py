@@ -1,71 +1,118 @@
 """`provider:river`: River hosts the model and exposes sampling, forward-backward, optimizer steps and
-checkpoints, so it plugs into the trainer engine's backend seam (plugins/stateset_plugins/trainers/backend.py)
-instead of renting a machine. Its client needs Python 3.12+, so this component runs out of process, in the `river`
-image; on this kernel's Python it is listed as unavailable.
+checkpoints, so it plugs into the trainer engine's backend seam (`trainers/river_backend.py`) instead of renting a
+machine. Its client needs Python 3.12+, so this component runs out of process, in the `river` image; on this
+kernel's Python it is listed as unavailable.
 
-Pricing: River bills usage (tokens), not hours. The quote is the job's worst-case token budget (steps x batch x
-generations x (prompt + completion tokens)) times a dated per-million-token price table. The plugin ships no
-prices of its own: until `price_table` (provider_config: {"as_of": DATE, "models": {BASE_MODEL: {"train_per_mtok",
-"sample_per_mtok"}}}) names the base model, the job cannot be priced and `--max-cost` refuses it.
+A job is the trainer with ``backend: river`` in a detached worker process beside this component (the local
+provider's job directory, worker and artifact receipt, under STATE/river/jobs/RUN_ID). The worker holds the River
+session, tagged with the run id; River bills the tokens it reports, which the backend writes to usage.json as it
+goes. `status` prices that usage with the dated table the job was launched with; `terminate` asks the trainer to
+stop at the next update boundary (the session closes, and billing with it) before it falls back to killing the
+worker, whose session River then reaps when its heartbeat stops.
+
+Pricing: River bills usage (tokens), not hours. The quote is the job's worst-case token budget times a dated
+per-million-token price table. The plugin ships no prices of its own: until `price_table` (provider_config:
+{"as_of": DATE, "models": {BASE_MODEL: {"train_per_mtok", "sample_per_mtok"}}}) names the base model, the job
+cannot be priced and `--max-cost` refuses it.
 """
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any, Mapping
 
-from stateset_agents import Provider
-from stateset_agents.errors import InputError, StatesetError
+from stateset_agents.errors import InputError
+from stateset_agents.jsonio import load_json, write_json
+from stateset_agents.remote.state import state_dir
 
-from . import VERSION, common
+from . import common
+from .local import LocalProvider
 
 KEY_ENV = "RIVER_API_KEY"
 PRICE_TABLE: dict[str, Any] = {"as_of": None, "models": {}}
+STOP_WAIT_S = 300.0  # one update and a checkpoint on River, before the worker is killed instead
 
 
 def token_budget(training: Mapping[str, Any]) -> dict[str, int]:
+    """Worst-case tokens: every row is scored twice per update (the forward pass that gives the loss its log-probs,
+    then the forward-backward), plus once by the KL reference when beta > 0; sampled tokens include the prompt."""
     steps = int(training.get("steps", 50))
     rows = int(training.get("batch_size", 4)) * int(training.get("num_generations", 8))
     prompt, completion = int(training.get("max_prompt_tokens", 512)), int(training.get("max_new_tokens", 64))
-    return {"train_tokens": steps * rows * (prompt + completion), "sample_tokens": steps * rows * completion}
+    passes = 2 + (1 if float(training.get("beta", 0.04)) > 0 else 0)
+    return {"train_tokens": steps * rows * (prompt + completion) * passes,
+            "sample_tokens": steps * rows * (prompt + completion)}
 
 
-class RiverProvider(Provider):
+def usage_cost(usage: Mapping[str, Any], prices: Mapping[str, Any]) -> float:
+    return (float(usage.get("train_tokens") or 0) * float(prices["train_per_mtok"])
+            + float(usage.get("sample_tokens") or 0) * float(prices["sample_per_mtok"])) / 1e6
+
+
+class RiverProvider(LocalProvider):
     name = "river"
-    version = VERSION
+
+    def _key(self) -> str:
+        return common.require_env(KEY_ENV, how="create an API key in River's console and export RIVER_API_KEY")
+
+    @property
+    def root(self) -> Path:
+        return Path(self.config.get("jobs_dir") or state_dir() / "river" / "jobs")
+
+    def _prices(self, model: str | None) -> tuple[dict[str, Any] | None, str | None]:
+        table = self.config.get("price_table") or PRICE_TABLE
+        prices = (table.get("models") or {}).get(model)
+        return (prices, table["as_of"]) if prices and table.get("as_of") else (None, None)
 
     def quote(self, plan):
-        common.require_env(KEY_ENV, how="create an API key in River's console and export RIVER_API_KEY")
-        table = self.config.get("price_table") or PRICE_TABLE
+        self._key()
         model = plan.get("base_model")
         if not model:
             raise InputError("river needs --base-model (a model River hosts)", field="base_model")
         budget = token_budget(plan.get("training") or {})
-        prices = (table.get("models") or {}).get(model)
-        if not prices or not table.get("as_of"):
+        prices, as_of = self._prices(model)
+        if prices is None:
             return common.quote("river", "hosted", None, source="river price table",
                                 reason=f"no dated River price for {model!r} (set provider_config.price_table)",
                                 **budget)
-        total = (budget["train_tokens"] * float(prices["train_per_mtok"])
-                 + budget["sample_tokens"] * float(prices["sample_per_mtok"])) / 1e6
         # expressed per job-hour so the shared cap arithmetic applies: worst case = total over max_hours
-        return common.quote("river", "hosted", total / float(plan["max_hours"]),
-                            source=f"river price table as of {table['as_of']} x token budget",
+        return common.quote("river", "hosted", usage_cost(budget, prices) / float(plan["max_hours"]),
+                            source=f"river price table as of {as_of} x token budget",
                             image={"name": "river", "digest": "hosted"}, **budget)
 
     def launch(self, plan):
-        raise StatesetError("river jobs need the trainer engine's River backend, which is not available yet; "
-                            "river can quote but not launch (docs/remote.md)")
+        self._key()
+        return super().launch(plan)
+
+    def _prepare_job(self, staging, plan, meta):
+        model = plan["config"].get("base_model")
+        prices, as_of = self._prices(model)
+        if prices is None:
+            raise InputError(f"no dated River price for {model!r}; refusing to launch what cannot be priced",
+                             field="provider_config")
+        meta.update(prices=prices, prices_as_of=as_of)  # status prices usage with the table the job began with
+        write_json(staging / "backend.json", {"kind": "river", "run_id": plan["run_id"],
+                                              "endpoint": self.config.get("endpoint") or "api.river.ai",
+                                              "usage_path": str(self._job(plan["run_id"]) / "usage.json")})
 
     def status(self, run_id):
-        return {"run_id": run_id, "state": "missing", "uptime_s": 0, "cost_per_hour": 0.0}
+        status = super().status(run_id)
+        job = self._job(run_id)
+        if status["state"] == "missing":
+            return status
+        usage = load_json(job / "usage.json") if (job / "usage.json").exists() else {}
+        spend = usage_cost(usage, load_json(job / "job.json")["prices"])
+        # no hourly rate: River bills tokens, so the watchdog's floor is the quote and its look-ahead the last poll
+        return {**status, "usage": {k: usage.get(k, 0) for k in ("train_tokens", "sample_tokens")},
+                "spend_usd": round(spend, 6), "cost_per_hour": 0.0}
 
-    def terminate(self, run_id):
-        return {"run_id": run_id, "terminated": False}
-
-    def list_jobs(self):
-        return []
-
-    def artifacts(self, request):
-        return {"run_id": request["run_id"], "state": "missing", "files": []}
-
-    def read_artifact(self, request):
-        raise StatesetError("river runs have no artifacts yet")
+    def _stop_worker(self, run_id: str, pid: int) -> None:
+        job = self._job(run_id)
+        (job / "stop").touch()
+        deadline = time.monotonic() + float(self.config.get("stop_wait_s", STOP_WAIT_S))
+        while time.monotonic() < deadline:
+            st = load_json(job / "status.json")
+            if st.get("state") != "running":
+                return  # the trainer saved, closed its River session and reported
+            time.sleep(0.05)
+        self._kill_worker(run_id, pid)

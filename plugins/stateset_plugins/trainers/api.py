@@ -82,8 +82,12 @@ class BaseTrainer:
         self.run_id = uuid.uuid4().hex
         self.started_at = time.time()
         seed_everything(self.config.seed)  # before the LoRA weights are initialised
-        self.backend = backend or LocalTorchBackend(model, tokenizer, self.config,
-                                                    value_head=getattr(self.objective, "VALUE_HEAD", False))
+        value_head = getattr(self.objective, "VALUE_HEAD", False)
+        if isinstance(backend, Mapping):  # a request's {"kind": "river", ...}: a hosted backend
+            from .river_backend import backend_from_spec
+
+            backend = backend_from_spec(backend, tokenizer, self.config, value_head=value_head)
+        self.backend = backend or LocalTorchBackend(model, tokenizer, self.config, value_head=value_head)
         self.renderer = ChatRenderer(tokenizer, self.config.max_prompt_tokens)
         self.engine = Engine(self.backend, self.renderer, self.objective, self.config, self.dataset, self.reward,
                              self.run_dir, handle_signals=handle_signals, stop=stop)

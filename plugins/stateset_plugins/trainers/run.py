@@ -3,7 +3,8 @@
 Request fields: ``algorithm``, ``dataset`` (path), ``reward`` (a reward component name), ``reward_config`` (dict;
 ``--policy`` arrives as ``{"policy": content}``), ``reward_runtime`` ("inprocess"), ``base_model`` (path, hub id,
 .gguf, or None for the offline default), ``eval_prompts`` (path), ``output`` (run directory), ``config`` (dict of
-objective fields), ``steps``/``seed``/``save_every`` (override ``config``), ``resume``, ``overwrite``.
+objective fields), ``steps``/``seed``/``save_every`` (override ``config``), ``resume``, ``overwrite``,
+``backend`` ({"kind": "river", "run_id", ...}: a hosted backend, see `river_backend`; default: local torch).
 Everything cheap is validated before the model loads, so a bad flag fails in a second, not after a download.
 """
 from __future__ import annotations
@@ -84,11 +85,42 @@ def _train(request, reward, stop, handle_signals) -> Iterator[dict[str, Any]]:
     RunDir(request["output"]).check(resume=resume, overwrite=overwrite)  # before the model loads
     with _reward(request, reward) as grader:
         yield {"type": "log", "message": f"loading base model {request.get('base_model') or '(offline default)'}"}
-        from .models import load_base_model
+        backend = request.get("backend")
+        if backend:  # a hosted backend holds the weights: only the tokenizer is loaded here
+            model, tokenizer, info = None, *_hosted_tokenizer(request.get("base_model"))
+            backend = {**backend, "base_model": request.get("base_model")}
+        else:
+            from .models import load_base_model
 
-        model, tokenizer, info = load_base_model(request.get("base_model"))
-        trainer = TRAINERS[algorithm](model, tokenizer, reward=grader, dataset=dataset, config=config,
-                                      output_dir=request["output"], eval_prompts=cases, resume=resume,
-                                      overwrite=overwrite, base_model_info=info, handle_signals=handle_signals,
-                                      stop=stop, drop_overlap=bool(request.get("drop_overlap")))
-        yield from trainer.events()
+            model, tokenizer, info = load_base_model(request.get("base_model"))
+        trainer = None
+        try:
+            trainer = TRAINERS[algorithm](model, tokenizer, reward=grader, dataset=dataset, config=config,
+                                          output_dir=request["output"], eval_prompts=cases, resume=resume,
+                                          overwrite=overwrite, base_model_info=info, handle_signals=handle_signals,
+                                          stop=stop, drop_overlap=bool(request.get("drop_overlap")), backend=backend)
+            yield from trainer.events()
+        finally:
+            close = getattr(getattr(trainer, "backend", None), "close", None)
+            if close:
+                close()  # a hosted session ends with the run, whatever ended it
+
+
+def _hosted_tokenizer(base_model: str | None):
+    """(tokenizer, identity) of a base model a hosted backend serves."""
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    if not base_model:
+        raise InputError("a hosted backend needs --base-model (a model it hosts)", field="base_model")
+    local = Path(base_model).is_dir()
+    info = {"source": "local", "path": str(Path(base_model).resolve())} if local else {"source": "hub",
+                                                                                        "id": base_model}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base_model)
+    except OSError as exc:
+        raise InputError(f"cannot load the tokenizer of {base_model!r}: {exc}", field="base_model") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, {**info, "served_by": "river"}
