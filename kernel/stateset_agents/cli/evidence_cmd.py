@@ -9,14 +9,7 @@ from typing import Any, List, Optional
 import typer
 
 from .app import app, console, err_console
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+from ..formatting import fmt as _fmt
 
 
 def _reward_config(policy: Optional[Path]) -> dict[str, Any]:

@@ -9,14 +9,7 @@ from rich.table import Table
 
 from ..pipeline.improve import DEFAULT_BASE_MODEL, DEFAULT_BATCH, DEFAULT_HELD_OUT, DEFAULT_THRESHOLD
 from .app import console, err_console, improve_app
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+from ..formatting import fmt as _fmt
 
 
 @improve_app.command("run")

@@ -6,6 +6,7 @@ from pathlib import Path
 import typer
 
 from .app import app, console, err_console
+from ..formatting import fmt as _fmt
 
 
 @app.command()
@@ -37,10 +38,6 @@ def quickstart(
 
         result = run_quickstart(output, fast=fast, overwrite=overwrite, on_step=on_step, on_event=on_event)
     _summary(result)
-
-
-def _fmt(value) -> str:
-    return "n/a" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def _summary(result) -> None:

@@ -7,6 +7,7 @@ from typing import Any, Optional
 import typer
 
 from .app import app, console, err_console
+from ..formatting import fmt as _fmt
 
 ALGORITHMS = ("sft", "grpo", "multi_turn_grpo", "gspo", "dapo", "gepo", "vapo", "ppo", "rlaif", "cispo")
 
@@ -121,10 +122,6 @@ def train(
             raise typer.Exit(130)
         raise StatesetError(f"training failed: {message}")
     _summary(output, last, first_reward, last_reward)
-
-
-def _fmt(value: Any) -> str:
-    return "n/a" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def _summary(output: Path, done: dict[str, Any], first: Any, last: Any) -> None:

@@ -17,6 +17,7 @@ from ..errors import InputError
 from ..jsonio import load_json, write_text
 from .evaluation_stats import add_statistics
 from .lineage import MANIFEST, trace
+from ..formatting import fmt as _fmt
 
 REPORT = "report.html"
 WIDTH, HEIGHT, PAD = 560, 240, 56
@@ -34,14 +35,6 @@ th{background:#f3f3f3}.worse{background:#fde8e8}.better{background:#e8f6e8}.plot
 
 def _esc(value: Any) -> str:
     return html.escape("" if value is None else str(value))
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 def _axis_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
