@@ -32,3 +32,21 @@ def registry():
     from stateset_agents.registry import get_registry
 
     return get_registry(refresh=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random Llama-style model and an offline byte-level tokenizer, built once per session."""
+    from stateset_plugins.trainers.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture()
+def tiny(tiny_model_dir):
+    """A fresh (model, tokenizer) pair loaded from the session's tiny model directory."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)

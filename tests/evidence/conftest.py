@@ -19,17 +19,12 @@ TRAINING = HERE.parent / "training"
 sys.path.insert(0, str(TRAINING))  # toy_rewards: the tiny model builder and the toy reward, shared, not copied
 sys.path.insert(0, str(HERE))
 
-from toy_rewards import DigitReward, build_tiny_model, make_rows  # noqa: E402
+from evidence_helpers import HELD_OUT, SEEDS, train, write_jsonl  # noqa: E402
+from toy_rewards import make_rows  # noqa: E402
 
 torch.set_num_threads(1)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-HELD_OUT = ["give me some digits", "count to five", "what is 7 times 6", "order status please", "good morning",
-            "list a few numbers"]
-#: Small and fast: 2 committed updates, 8 new tokens.
-RUN_CONFIG = {"steps": 2, "max_new_tokens": 8, "batch_size": 2, "num_generations": 4, "learning_rate": 2e-2,
-              "save_every": 2}
-SEEDS = (0, 1)
 
 
 @pytest.fixture(autouse=True)
@@ -44,18 +39,6 @@ def toy_reward_registered(monkeypatch):
     yield
     monkeypatch.undo()
     get_registry(refresh=True)
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-llama")
-    build_tiny_model(path)
-    return path
-
-
-def write_jsonl(path: Path, rows) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 @pytest.fixture(scope="session")
@@ -74,17 +57,6 @@ def workspace(tmp_path_factory) -> Path:
     write_jsonl(root / "curated.jsonl", rows)
     (root / "held_out.txt").write_text("\n".join(HELD_OUT) + "\n")
     return root
-
-
-def train(tiny_model_dir: Path, workspace: Path, output: Path, seed: int, **config) -> Path:
-    from stateset_plugins.trainers.run import train_run
-
-    request = {"algorithm": "grpo", "dataset": str(workspace / "curated.jsonl"), "base_model": str(tiny_model_dir),
-               "eval_prompts": str(workspace / "held_out.txt"), "output": str(output),
-               "config": {**RUN_CONFIG, **config}, "seed": seed}
-    events = list(train_run(request, reward=DigitReward()))
-    assert events[-1]["type"] == "completed", events[-1]
-    return output
 
 
 @pytest.fixture(scope="session")

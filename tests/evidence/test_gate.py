@@ -7,7 +7,7 @@ from stateset_agents.cli import main
 from stateset_agents.jsonio import sha256_file
 from stateset_agents.pipeline.gate import run_gate
 
-from conftest import train
+from evidence_helpers import train
 
 
 def fabricate_scores(run, deltas):

@@ -10,7 +10,7 @@ from stateset_agents.cli import main
 from stateset_agents.jsonio import write_json
 from stateset_agents.pipeline.lineage import seal
 
-from conftest import train
+from evidence_helpers import train
 from test_gate import fabricate_scores
 
 

@@ -17,13 +17,6 @@ sys.path.insert(0, str(HERE))  # fake_vllm
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    from stateset_plugins.trainers.tiny import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
-
-
 @pytest.fixture()
 def fake_vllm(monkeypatch):
     import fake_vllm

@@ -21,21 +21,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 FAST = {"max_new_tokens": 8, "batch_size": 2, "num_generations": 4, "learning_rate": 2e-2, "save_every": 2}
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("tiny-llama")
-    build_tiny_model(path)
-    return path
-
-
-@pytest.fixture()
-def tiny(tiny_model_dir):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
 @pytest.fixture()
 def make_trainer(tiny_model_dir):
     """make_trainer(algo, output_dir, reward=..., **config) on a freshly loaded tiny model."""

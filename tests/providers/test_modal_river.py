@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from unittest import mock
 
 import pytest
-from conftest import IMAGE
+from provider_helpers import IMAGE
 
 from stateset_agents.errors import InputError, StatesetError
 from stateset_agents.remote import session

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import IMAGE
+from provider_helpers import IMAGE
 
 from stateset_agents.errors import InputError
 from stateset_agents.remote import session, state

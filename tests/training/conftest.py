@@ -21,26 +21,6 @@ torch.set_num_threads(1)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    from toy_rewards import build_tiny_model
-
-    path = tmp_path_factory.mktemp("tiny-llama")
-    build_tiny_model(path)
-    return path
-
-
-@pytest.fixture()
-def tiny(tiny_model_dir):
-    """A fresh (model, tokenizer) pair loaded from the session's tiny model directory."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    return model, tokenizer
-
-
 @pytest.fixture()
 def digit_reward():
     return DigitReward()
