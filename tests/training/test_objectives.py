@@ -123,6 +123,25 @@ def test_ratio_is_one_before_first_update(tiny, algo):
     assert torch.exp(new[m] - batch.behaviour_logp[m]).sub(1).abs().max() < 1e-4
 
 
+def test_shared_prompt_prefill_keeps_ratio_one_and_same_samples(tiny, monkeypatch):
+    """The shared-prefill path (on for bigger models) must sample the same tokens with the same log-probs."""
+    from stateset_plugins.trainers import backend as backend_module
+
+    _, plain, cfg, _ = rollout_batch(*tiny, "grpo")
+    monkeypatch.setitem(backend_module.SHARED_PREFILL_MIN_WORK, "cpu", 0)  # force it on for the tiny model
+    used = []
+    original = backend_module.LocalTorchBackend._shared_prefill
+    monkeypatch.setattr(backend_module.LocalTorchBackend, "_shared_prefill",
+                        lambda self, *a: used.append(original(self, *a)) or used[-1])
+    backend, shared, _, _ = rollout_batch(*tiny, "grpo")
+    assert used and used[0] is not None, "the shared prefill was not taken"
+    assert torch.equal(shared.completion_ids, plain.completion_ids)
+    m = shared.completion_mask > 0
+    assert (shared.behaviour_logp[m] - plain.behaviour_logp[m]).abs().max() < 1e-4
+    new = backend.logprobs(shared, temperature=cfg.temperature)
+    assert torch.exp(new[m] - shared.behaviour_logp[m]).sub(1).abs().max() < 1e-4
+
+
 @pytest.mark.parametrize("algo", ALGORITHMS)
 def test_one_update_follows_the_advantages(tiny, algo):
     backend, batch, cfg, obj = rollout_batch(*tiny, "grpo" if algo == "sft" else algo)

@@ -27,6 +27,11 @@ class Generation:
     truncated: bool  # ran into max_new_tokens without an end-of-sequence token
 
 
+# The forward-pass work (repeated prompt tokens x parameters) a shared prompt prefill must save before it is used:
+# below it the extra forward call costs more than it saves (a tiny model is all per-call overhead; an accelerator
+# computes a few repeated prompts in less time than the extra call's kernel launches take).
+SHARED_PREFILL_MIN_WORK = {"cpu": 2e8, "accelerator": 5e11}
+
 LossFn = Callable[[torch.Tensor, Batch], "tuple[torch.Tensor, dict[str, float]]"]
 
 
@@ -76,6 +81,49 @@ def completion_logprobs(model, batch: Batch, temperature: float, *, hidden: bool
     return logp, out.hidden_states[-1][:, -(width + 1):-1, :]
 
 
+def _lean_lora_forward(self, x, *args, **kwargs):
+    """PEFT's LoRA ``Linear.forward`` for the one case this trainer builds (one vanilla adapter, no dropout, no
+    bias, unmerged, one dtype), as the same tensor operations in the same order, so the same bits, without the
+    per-call bookkeeping (argument checks, dict lookups, three nested module calls) that dominates small models.
+    Anything else (extra arguments, another active adapter, a merge, a dtype cast) takes PEFT's own path."""
+    name = self._lean_adapter
+    if args or kwargs or self.merged_adapters or self._active_adapter != self._lean_active or \
+            x.dtype != self._lean_dtype:
+        return type(self).forward(self, x, *args, **kwargs)
+    base = self.base_layer
+    result = torch.nn.functional.linear(x, base.weight, base.bias)
+    if self._disable_adapters:
+        return result
+    a, b = self.lora_A[name].weight, self.lora_B[name].weight
+    return result + torch.nn.functional.linear(torch.nn.functional.linear(x, a), b) * self.scaling[name]
+
+
+def install_lean_lora(model) -> int:
+    """Route every plain LoRA linear layer of ``model`` through `_lean_lora_forward`; returns how many."""
+    import types
+
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    count = 0
+    for module in model.modules():
+        if type(module) is not LoraLinear or len(module.lora_A) != 1 or getattr(module, "fan_in_fan_out", False):
+            continue
+        name = next(iter(module.lora_A))
+        base, a, b = module.base_layer, module.lora_A[name], module.lora_B[name]
+        plain = (type(base) is torch.nn.Linear and type(a) is torch.nn.Linear and type(b) is torch.nn.Linear
+                 and a.bias is None and b.bias is None and name not in module.lora_variant
+                 and not module.use_dora.get(name, False)
+                 and isinstance(module.lora_dropout[name], torch.nn.Identity)
+                 and base.weight.dtype == a.weight.dtype == b.weight.dtype
+                 and not any(m._forward_hooks or m._forward_pre_hooks for m in (module, base, a, b)))
+        if not plain:
+            continue
+        module._lean_adapter, module._lean_active, module._lean_dtype = name, module._active_adapter, a.weight.dtype
+        module.forward = types.MethodType(_lean_lora_forward, module)
+        count += 1
+    return count
+
+
 def resolve_device(name: str) -> torch.device:
     """"auto": the first CUDA device when there is one, else the CPU; an explicit CUDA device must exist."""
     if name == "auto":
@@ -117,6 +165,7 @@ class LocalTorchBackend:
         if not isinstance(model, PeftModel):
             model = get_peft_model(model, lora_config(config))
         self.model = model.to(self.device)
+        install_lean_lora(self.model)
         self.vocab_size = int(self.model.get_input_embeddings().weight.shape[0])
         self.eos_ids = self._eos_ids()
         pad = tokenizer.pad_token_id
@@ -136,6 +185,9 @@ class LocalTorchBackend:
             torch.nn.init.zeros_(self.value_head.bias)
             self.value_optimizer = torch.optim.AdamW(self.value_head.parameters(), lr=config.value_learning_rate,
                                                      weight_decay=0.0)
+        self._tuner_layers: list | None = None
+        self._num_params = sum(p.numel() for p in self.model.parameters())
+        self._trainable = params
         self.policy_version = 0  # bumped whenever the adapter weights change (an update, a loaded adapter)
         self.rollout = None
         if use_vllm:
@@ -154,19 +206,66 @@ class LocalTorchBackend:
             raise ValueError("the tokenizer defines no end-of-sequence token")
         return {int(i) for i in ids}
 
+    def _lora_layers(self) -> list | None:
+        """The adapter layers whose flag turns LoRA off, found once; None when PEFT's own context must do it (a
+        wrapper with its own copy of a module, a merged layer, an adapter type other than LoRA)."""
+        if self._tuner_layers is None:
+            from peft.tuners.lora import LoraLayer
+            from peft.tuners.tuners_utils import BaseTunerLayer
+            from peft.utils.other import AuxiliaryTrainingWrapper
+
+            layers, plain = [], True
+            for module in self.model.modules():
+                if isinstance(module, BaseTunerLayer):
+                    layers.append(module)
+                    plain = plain and isinstance(module, LoraLayer) and hasattr(module, "_disable_adapters") \
+                        and not module.merged
+                elif isinstance(module, AuxiliaryTrainingWrapper):
+                    plain = False
+            plain = plain and bool(layers) and not self.model.peft_config[self.model.active_adapter].is_prompt_learning
+            self._tuner_layers = layers if plain else []
+        return self._tuner_layers or None
+
     @contextlib.contextmanager
     def _adapter(self, enabled: bool) -> Iterator[None]:
+        """The adapter on (a no-op) or off: the base model, i.e. the frozen reference. Off is only ever used without
+        gradients, so flipping each LoRA layer's ``disable_adapters`` flag is all PEFT's ``disable_adapter`` does
+        that matters here (it also walks every module twice, builds a model status report and toggles
+        ``requires_grad``), at a fraction of the cost."""
         if enabled:
             yield
-        else:
+            return
+        layers = None if torch.is_grad_enabled() else self._lora_layers()
+        if layers is None:
             with self.model.disable_adapter():
                 yield
+            return
+        before = [layer._disable_adapters for layer in layers]
+        try:
+            for layer in layers:
+                layer._disable_adapters = True
+            yield
+        finally:
+            for layer, flag in zip(layers, before):
+                layer._disable_adapters = flag
 
-    @torch.no_grad()
     def generate(self, prompts, *, max_new_tokens, temperature, adapter=True):
         if self.rollout is not None:
             return self.rollout.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                                          adapter=adapter, version=self.policy_version)
+        # inference mode: nothing sampled here is ever differentiated (the update recomputes what it needs)
+        with torch.inference_mode(), self._adapter(adapter):
+            new, logps = self._sample(prompts, max_new_tokens=max_new_tokens, temperature=temperature)
+        result = []
+        for row, lp in zip(new.tolist(), logps.tolist()):
+            end = next((k for k, tok in enumerate(row) if tok in self.eos_ids), None)
+            keep = len(row) if end is None else end + 1
+            result.append(Generation(ids=row[:keep], logps=lp[:keep], truncated=end is None))
+        return result
+
+    def _sample(self, prompts, *, max_new_tokens, temperature) -> tuple[torch.Tensor, torch.Tensor]:
+        """transformers ``generate`` on the left-padded prompts: the new token ids [N, T] and, for each, the
+        log-prob under the scores it was sampled from (after temperature) [N, T], on the CPU."""
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attn = torch.zeros_like(ids)
@@ -182,19 +281,46 @@ class LocalTorchBackend:
                                   "top_k": 0, "top_p": 1.0, "min_p": None, "repetition_penalty": 1.0}
         if sampling:
             kwargs["temperature"] = temperature
-        with self._adapter(adapter):
-            out = self.model.generate(input_ids=ids.to(self.device), attention_mask=attn.to(self.device), **kwargs)
-        new = out.sequences[:, width:].cpu()
-        logps = torch.empty(new.shape, dtype=torch.float32)
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        cache = self._shared_prefill(prompts, ids, attn)
+        if cache is not None:
+            kwargs["cache"] = cache
+        out = self.model.generate(input_ids=ids, attention_mask=attn, **kwargs)
+        new = out.sequences[:, width:]
+        if not out.scores:
+            return new.cpu(), torch.empty(new.shape, dtype=torch.float32)
+        # the sampled token's score minus the logsumexp of the scores it was drawn from; everything after the
+        # first end-of-sequence token is cut away by the caller
+        logps = torch.empty(new.shape, dtype=torch.float32, device=new.device)
         for t, scores in enumerate(out.scores):
-            scores = scores.float().cpu()
+            scores = scores.float()
             logps[:, t] = scores.gather(-1, new[:, t:t + 1]).squeeze(-1) - torch.logsumexp(scores, dim=-1)
-        result = []
-        for row, lp in zip(new.tolist(), logps.tolist()):
-            end = next((k for k, tok in enumerate(row) if tok in self.eos_ids), None)
-            keep = len(row) if end is None else end + 1
-            result.append(Generation(ids=row[:keep], logps=lp[:keep], truncated=end is None))
-        return result
+        return new.cpu(), logps.cpu()
+
+    def _shared_prefill(self, prompts, ids: torch.Tensor, attn: torch.Tensor):
+        """A KV cache of every prompt but its last token, computed once per distinct prompt and repeated to the
+        rows that share it (a GRPO group's G samples), for ``generate`` to continue from; None when it would not
+        pay (no repeated prompt, or too little compute saved to cover the extra forward call).
+
+        Only the prompt is cached: ``generate`` still runs the last prompt token itself, so the scores the first
+        token is sampled from (and its recorded log-prob) come from ``generate`` as before."""
+        width = ids.shape[1]
+        first: dict[tuple[int, ...], int] = {}
+        rows = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
+        saved = (len(prompts) - len(first)) * (width - 1)
+        floor = SHARED_PREFILL_MIN_WORK["cpu" if ids.device.type == "cpu" else "accelerator"]
+        if width < 2 or saved == 0 or saved * self._num_params < floor:
+            return None
+        uniq = sorted(first.values())
+        where = {r: k for k, r in enumerate(uniq)}
+        pick = torch.tensor(uniq, device=ids.device)
+        u_ids, u_attn = ids[pick, :-1], attn[pick, :-1]
+        position_ids = (u_attn.cumsum(-1) - 1).clamp(min=0)  # generate's rule (pads at 0)
+        out = self.model(input_ids=u_ids, attention_mask=u_attn, position_ids=position_ids, use_cache=True,
+                         logits_to_keep=1)
+        cache = out.cache
+        cache.batch_select_indices(torch.tensor([where[r] for r in rows], device=ids.device))
+        return cache
 
     def _to_device(self, batch: Batch) -> Batch:
         if self.device.type == "cpu":
@@ -268,8 +394,7 @@ class LocalTorchBackend:
         if not policy:
             self.optimizer.zero_grad(set_to_none=True)
             return stats
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+        norm = torch.nn.utils.clip_grad_norm_(self._trainable, self.config.max_grad_norm)
         if not math.isfinite(float(norm)):
             self.zero_grad()
             raise FloatingPointError(f"gradient norm is not finite ({float(norm)})")
