@@ -128,6 +128,7 @@ class Reward(Component):
     def grade(self, items: Iterable[GradeItem]) -> list[dict[str, Any]]:
         """Grade many conversations at once: one grade row per requested assistant turn, in order."""
         identity = self.identity()
+        who = self.full_name
         rows: list[dict[str, Any]] = []
         for item in items:
             conv = item.conversation
@@ -137,9 +138,17 @@ class Reward(Component):
                 if not (0 <= t < len(messages)) or messages[t].get("role") != "assistant":
                     raise InputError(f"turn {t} of conversation {conv.get('id')!r} is not an assistant message",
                                      field="turn_index")
-                g = self.grade_turn(conv, t)
-                rows.append(make_grade_row(conv, t, g, identity, self.full_name))
+            grades = self.grade_conversation(conv, turns)
+            if len(grades) != len(turns):
+                raise ValueError(f"{who} graded {len(grades)} of the {len(turns)} turns asked")
+            rows.extend(make_grade_row(conv, t, g, identity, who) for t, g in zip(turns, grades))
         return rows
+
+    def grade_conversation(self, conversation: Mapping[str, Any], turns: Sequence[int]) -> list[TurnGrade]:
+        """The grades of `turns` (checked assistant turns of `conversation`), in order. The default calls
+        `grade_turn` for each; a reward overrides this to derive what every turn of a conversation needs once
+        (parsed tool calls, texts, a replay of earlier turns), giving the same grades as `grade_turn` would."""
+        return [self.grade_turn(conversation, t) for t in turns]
 
     def grade_many(self, batches: Iterable[list[GradeItem]]) -> Iterator[list[dict[str, Any]]]:
         """Grade a stream of batches, yielding each batch's rows in order. Out-of-process proxies pipeline this."""

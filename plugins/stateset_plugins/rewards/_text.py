@@ -20,7 +20,7 @@ def message_text(message: Mapping[str, Any]) -> str:
         for part in content:
             if isinstance(part, str):
                 parts.append(part)
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+            elif (type(part) is dict or isinstance(part, Mapping)) and isinstance(part.get("text"), str):
                 parts.append(part["text"])
         return "\n".join(parts)
     return str(content)
@@ -38,7 +38,7 @@ def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     """Arguments as logged -> (mapping, None), or (None, why) when they are not a JSON object."""
-    if isinstance(raw, Mapping):
+    if type(raw) is not str and isinstance(raw, Mapping):
         return dict(raw), None
     if raw is None or (isinstance(raw, str) and not raw.strip()):
         return {}, None  # a call without arguments
@@ -71,10 +71,14 @@ def tool_result(messages: Sequence[Mapping[str, Any]], call_id: Any, start: int)
     return None
 
 
+_ERROR_WORD = re.compile(r"(?i)error\b")
+_SPACES = re.compile(r"\s+")
+
+
 def is_error_result(text: str) -> bool:
     """Tools conventionally report failure as text starting with "Error" or as a JSON object with an "error" key."""
     stripped = text.lstrip()
-    if re.match(r"(?i)error\b", stripped):
+    if _ERROR_WORD.match(stripped):
         return True
     data = parse_json_maybe(stripped) if stripped.startswith("{") else None
     return isinstance(data, dict) and bool(data.get("error"))
@@ -93,10 +97,14 @@ def phrase_pattern(phrases: tuple[str, ...]) -> re.Pattern[str] | None:
 
 def find_phrases(text: str, phrases: Iterable[str]) -> list[str]:
     """The phrases present in `text` on word boundaries, lower-cased, in order of appearance."""
-    pattern = phrase_pattern(tuple(phrases))
+    return find_pattern(text, phrase_pattern(tuple(phrases)))
+
+
+def find_pattern(text: str, pattern: re.Pattern[str] | None) -> list[str]:
+    """`find_phrases` with the pattern already built (`phrase_pattern`)."""
     if pattern is None:
         return []
-    return [re.sub(r"\s+", " ", m.group(0).lower()) for m in pattern.finditer(text)]
+    return [_SPACES.sub(" ", m.group(0).lower()) for m in pattern.finditer(text)]
 
 
 def has_phrase(text: str, phrases: Iterable[str]) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
 from ._text import is_error_result, message_text, tool_result
@@ -13,16 +14,20 @@ READ_VERBS = ("get", "list", "search", "find", "lookup", "look", "fetch", "read"
 HANDOFF_VERBS = ("transfer", "escalate", "handoff", "hand")
 
 
+_WORD_BREAK = re.compile(r"[_\-.\s]|(?<=[a-z])(?=[A-Z])")
+
+
+@lru_cache(maxsize=4096)
 def _first_word(tool_name: str) -> str:
-    return re.split(r"[_\-.\s]|(?<=[a-z])(?=[A-Z])", tool_name, maxsplit=1)[0].lower()
+    return _WORD_BREAK.split(tool_name, maxsplit=1)[0].lower()
 
 
 def declared_tools(conversation: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """name -> OpenAI function declaration, from conversation["tools"] (either `{"type","function"}` or bare)."""
     declared = {}
     for tool in conversation.get("tools") or ():
-        function = tool.get("function", tool) if isinstance(tool, Mapping) else None
-        if isinstance(function, Mapping) and function.get("name"):
+        function = tool.get("function", tool) if type(tool) is dict or isinstance(tool, Mapping) else None
+        if (type(function) is dict or isinstance(function, Mapping)) and function.get("name"):
             declared[function["name"]] = function
     return declared
 
@@ -30,12 +35,12 @@ def declared_tools(conversation: Mapping[str, Any]) -> dict[str, Mapping[str, An
 def tool_kind(name: str, declaration: Mapping[str, Any] | None = None, *,
               read_only: Iterable[str] = (), writes: Iterable[str] = ()) -> str:
     """"read", "handoff" or "write". Explicit lists win, then a declared readOnlyHint, then the name's verb."""
-    if name in set(writes):
+    if writes and name in set(writes):
         return "write"
-    if name in set(read_only):
+    if read_only and name in set(read_only):
         return "read"
     hints = (declaration or {}).get("annotations") or {}
-    if isinstance(hints, Mapping) and "readOnlyHint" in hints:
+    if hints and isinstance(hints, Mapping) and "readOnlyHint" in hints:
         return "read" if hints["readOnlyHint"] else "write"
     verb = _first_word(name)
     if verb in READ_VERBS:

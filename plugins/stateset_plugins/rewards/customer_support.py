@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from stateset_agents import Reward, TurnGrade
 
-from ._text import find_phrases, has_phrase, last_message, message_text, tool_calls
+from ._text import find_pattern, last_message, message_text, phrase_pattern, tool_calls
 from ._tools import call_outcome, declared_tools, tool_kind
 
 DEFAULT_PHRASES: dict[str, tuple[str, ...]] = {
@@ -62,19 +62,28 @@ class CustomerSupportReward(Reward):
     def __init__(self, config=None):
         super().__init__(config)
         self.phrases = {key: tuple(self.config.get(key, default)) for key, default in DEFAULT_PHRASES.items()}
+        self._patterns = {key: phrase_pattern(phrases) for key, phrases in self.phrases.items()}
 
     def _says(self, text: str, key: str) -> bool:
-        return has_phrase(text, self.phrases[key])
+        pattern = self._patterns[key]
+        return bool(pattern and pattern.search(text))
 
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
-        messages = conversation["messages"]
-        turn = messages[turn_index]
-        text = message_text(turn)
-        declared = declared_tools(conversation)
-        handoff_call = any(tool_kind(c["name"], declared.get(c["name"])) == "handoff" for c in tool_calls(turn))
-        writes = [c for c in tool_calls(turn) if tool_kind(c["name"], declared.get(c["name"])) == "write"]
-        user = last_message(messages, "user", turn_index)
-        user_text = message_text(user[1]) if user else ""
+        return self._grade(_Seen(conversation), turn_index)
+
+    def grade_conversation(self, conversation: Mapping[str, Any], turns) -> list[TurnGrade]:
+        seen = _Seen(conversation)  # what every turn of the conversation reads, derived once
+        return [self._grade(seen, t) for t in turns]
+
+    def _grade(self, seen: "_Seen", turn_index: int) -> TurnGrade:
+        messages = seen.messages
+        text = seen.text(turn_index)
+        calls = seen.calls(turn_index)
+        kinds = [seen.kind(c["name"]) for c in calls]
+        handoff_call = "handoff" in kinds
+        writes = "write" in kinds
+        user = seen.last_user(turn_index)
+        user_text = seen.text(user) if user is not None else ""
         if writes and not text.strip():
             # A state-changing action needs the user's explicit go-ahead in their latest message.
             consent = 1.0 if self._user_affirmed(user_text) else 0.0
@@ -86,10 +95,10 @@ class CustomerSupportReward(Reward):
 
         checks: dict[str, float] = {}
 
-        unsafe = find_phrases(text, self.phrases["unsafe"])
+        unsafe = find_pattern(text, self._patterns["unsafe"])
         checks["safety"] = 0.0 if unsafe else 1.0
 
-        rude = find_phrases(text, self.phrases["rude"])
+        rude = find_pattern(text, self._patterns["rude"])
         checks["tone"] = 0.0 if rude else (1.0 if self._says(text, "polite") or not text.strip() else 0.75)
 
         escalated = handoff_call or self._says(text, "escalates")
@@ -98,7 +107,8 @@ class CustomerSupportReward(Reward):
             checks["escalation"] = 1.0 if escalated else 0.0  # the user asked for a person: honour it
         elif escalated:
             # Escalating without being asked is right only when the agent says it cannot handle the request.
-            earlier_agent = " ".join(message_text(m) for m in messages[:turn_index] if m.get("role") == "assistant")
+            earlier_agent = " ".join(seen.text(i) for i, m in enumerate(messages[:turn_index])
+                                     if m.get("role") == "assistant")
             checks["escalation"] = 1.0 if self._says(text + " " + earlier_agent, "out_of_scope") else 0.0
 
         if text.strip():
@@ -106,7 +116,7 @@ class CustomerSupportReward(Reward):
                 checks["resolution"] = 0.0
             elif self._says(text, "resolved"):
                 # A claim of success must rest on a tool call that succeeded, else it misleads the user.
-                checks["resolution"] = 1.0 if _succeeded_since_user(messages, turn_index, declared) else 0.0
+                checks["resolution"] = 1.0 if _succeeded_since_user(seen, turn_index) else 0.0
             else:
                 checks["resolution"] = 1.0  # no outcome claimed yet, nothing left hanging
 
@@ -118,10 +128,10 @@ class CustomerSupportReward(Reward):
         return TurnGrade(score=score, breakdown=checks, reason=self._reason(checks, unsafe, rude, asked_for_human))
 
     def _user_affirmed(self, user_text: str) -> bool:
-        yes = find_phrases(user_text, self.phrases["affirm"])
+        yes = find_pattern(user_text, self._patterns["affirm"])
         if not yes:
             return False
-        no = find_phrases(user_text, self.phrases["negate"])
+        no = find_pattern(user_text, self._patterns["negate"])
         lowered = user_text.lower()
         return not no or lowered.find(no[0]) > lowered.find(yes[0])
 
@@ -143,16 +153,63 @@ class CustomerSupportReward(Reward):
         return "polite, on track, nothing left unresolved"
 
 
-def _succeeded_since_user(messages, turn_index: int, declared: Mapping[str, Any]) -> bool:
+class _Seen:
+    """One conversation's messages with what grading reads from them (texts, tool calls, tool kinds, call
+    outcomes), each derived on first use and kept for the conversation's other turns."""
+
+    __slots__ = ("messages", "declared", "_texts", "_calls", "_kinds", "_outcomes")
+
+    def __init__(self, conversation: Mapping[str, Any]):
+        self.messages = conversation["messages"]
+        self.declared = declared_tools(conversation)
+        self._texts: dict[int, str] = {}
+        self._calls: dict[int, list[dict[str, Any]]] = {}
+        self._kinds: dict[Any, str] = {}
+        self._outcomes: dict[tuple[int, Any], str] = {}
+
+    def text(self, index: int) -> str:
+        text = self._texts.get(index)
+        if text is None:
+            text = self._texts[index] = message_text(self.messages[index])
+        return text
+
+    def calls(self, index: int) -> list[dict[str, Any]]:
+        calls = self._calls.get(index)
+        if calls is None:
+            calls = self._calls[index] = tool_calls(self.messages[index])
+        return calls
+
+    def kind(self, name: Any) -> str:
+        kind = self._kinds.get(name)
+        if kind is None:
+            kind = self._kinds[name] = tool_kind(name, self.declared.get(name))
+        return kind
+
+    def outcome(self, index: int, call_id: Any) -> str:
+        key = (index, call_id)
+        try:
+            outcome = self._outcomes.get(key)
+        except TypeError:  # an id that is no JSON scalar: not worth keeping
+            return call_outcome(self.messages, index, call_id)
+        if outcome is None:
+            outcome = self._outcomes[key] = call_outcome(self.messages, index, call_id)
+        return outcome
+
+    def last_user(self, before: int) -> int | None:
+        found = last_message(self.messages, "user", before)
+        return found[0] if found else None
+
+
+def _succeeded_since_user(seen: _Seen, turn_index: int) -> bool:
     """Did a state-changing tool call succeed between the user's latest message and this turn?"""
+    messages = seen.messages
     for index in range(turn_index - 1, -1, -1):
         message = messages[index]
         if message.get("role") == "user":
             return False
         if message.get("role") != "assistant":
             continue
-        for call in tool_calls(message):
-            if tool_kind(call["name"], declared.get(call["name"])) == "write" and \
-                    call_outcome(messages, index, call["id"]) == "ok":
+        for call in seen.calls(index):
+            if seen.kind(call["name"]) == "write" and seen.outcome(index, call["id"]) == "ok":
                 return True
     return False

@@ -10,6 +10,7 @@ Native `tool_calls` are the only signal (text that merely describes a call is no
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -34,17 +35,21 @@ def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None
         return Fraction(str(value))  # 250 == 250.0, and no float noise
     if isinstance(value, str):
         text = " ".join(value.split()).casefold()
-        try:
-            return Fraction(text)  # "250" == 250: logged arguments often quote numbers
-        except (ValueError, ZeroDivisionError):
-            pass
+        if _DIGIT.search(text) is not None:  # no number is written without a digit: skip the costly attempt
+            try:
+                return Fraction(text)  # "250" == 250: logged arguments often quote numbers
+            except (ValueError, ZeroDivisionError):
+                pass
         return "<prose>" if len(text.split()) > PROSE_WORDS else text
-    if isinstance(value, Mapping):
+    if type(value) is dict or isinstance(value, Mapping):
         return {k: normalise(v, ordered, k) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
         items = [normalise(v, ordered, key) for v in value]
         return items if key in ordered else sorted(items, key=_sort_key)
     return value
+
+
+_DIGIT = re.compile(r"\d")  # what Fraction's parser requires somewhere in a number
 
 
 def _sort_key(value: Any) -> str:
@@ -53,8 +58,11 @@ def _sort_key(value: Any) -> str:
 
 def argument_agreement(actual: Mapping[str, Any], expected: Mapping[str, Any], ordered: frozenset[str]) -> float:
     """Share of top-level arguments (union of both sides; a missing one equals null) that agree after normalising."""
-    a = normalise(actual, ordered)
-    e = normalise(expected, ordered)
+    return _agreement(normalise(actual, ordered), normalise(expected, ordered))
+
+
+def _agreement(a: Any, e: Any) -> float:
+    """`argument_agreement` of two normalised argument mappings."""
     keys = set(a) | set(e)
     if not keys:
         return 1.0
@@ -85,6 +93,33 @@ class ToolCallingReward(Reward):
 
     def _kind(self, name: str, declared: Mapping[str, Any]) -> str:
         return tool_kind(name, declared.get(name), read_only=self._read_only, writes=self._writes)
+
+    def grade_conversation(self, conversation: Mapping[str, Any], turns) -> list[TurnGrade]:
+        """Against expected calls, a turn's grade depends on every earlier turn (what is still outstanding): one
+        replay of the conversation grades all its turns, where `grade_turn` replays the prefix for each."""
+        metadata = conversation.get("metadata") or {}
+        turns = list(turns)
+        everyone = assistant_turns(conversation)
+        wanted = set(turns)
+        if (metadata.get("expected_tool_calls") is None or not turns or turns != sorted(wanted)
+                or not wanted.issubset(everyone)):
+            return [self.grade_turn(conversation, t) for t in turns]
+        expected = list(metadata["expected_tool_calls"])
+        messages = conversation["messages"]
+        declared = declared_tools(conversation)
+        memo = _Memo(self, declared)
+        required = [e for e in expected if memo.kind(e.get("name", "")) != "read"]
+        outstanding = list(range(len(required)))
+        exact_done: set[int] = set()
+        last = everyone[-1]
+        grades = {}
+        for turn in everyone:
+            if turn > turns[-1]:
+                break
+            judged = self._judge_calls(messages, turn, required, outstanding, exact_done, declared, memo)
+            if turn in wanted:
+                grades[turn] = self._expected_grade(judged, required, exact_done, turn == last)
+        return [grades[t] for t in turns]
 
     # ------------------------------------------------------------------------------------------------ grading
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
@@ -142,9 +177,13 @@ class ToolCallingReward(Reward):
                 break
             self._judge_calls(messages, earlier, required, outstanding, exact_done, declared)
         judged = self._judge_calls(messages, turn_index, required, outstanding, exact_done, declared)
+        return self._expected_grade(judged, required, exact_done, self._is_last_assistant_turn(messages, turn_index))
+
+    def _expected_grade(self, judged: list[dict[str, Any]], required: list[Mapping[str, Any]], exact_done: set[int],
+                        last_turn: bool) -> TurnGrade:
         items = [j for j in judged if j["score"] is not None]
         breakdown: dict[str, Any] = {"calls": judged}
-        if self._is_last_assistant_turn(messages, turn_index):
+        if last_turn:
             # Completion is judged once, on the final assistant turn: the conversation is over by then.
             completion = len(exact_done) / len(required) if required else 1.0
             breakdown["expected_done"] = f"{len(exact_done)}/{len(required)}"
@@ -156,11 +195,12 @@ class ToolCallingReward(Reward):
 
     def _judge_calls(self, messages: Sequence[Mapping[str, Any]], turn_index: int,
                      required: list[Mapping[str, Any]], outstanding: list[int], exact_done: set[int],
-                     declared: Mapping[str, Any]) -> list[dict[str, Any]]:
+                     declared: Mapping[str, Any], memo: "_Memo | None" = None) -> list[dict[str, Any]]:
         judged = []
+        memo = memo or _Memo(self, declared)
         for call in tool_calls(messages[turn_index]):
             name = call["name"]
-            kind = self._kind(name, declared)
+            kind = memo.kind(name)
             verdict: dict[str, Any] = {"name": name, "kind": kind, "score": None, "match": None}
             arguments, error = parse_arguments(call["arguments"])
             candidates = [i for i in outstanding if required[i].get("name") == name]
@@ -169,8 +209,8 @@ class ToolCallingReward(Reward):
             elif arguments is None:
                 verdict.update(score=0.0, match=error)
             elif candidates:
-                agreement = [(argument_agreement(arguments, required[i].get("arguments") or {}, self._ordered), i)
-                             for i in candidates]
+                actual = normalise(arguments, self._ordered)
+                agreement = [(_agreement(actual, memo.expected(required, i)), i) for i in candidates]
                 best, index = max(agreement, key=lambda pair: (pair[0], -pair[1]))
                 took_effect = call_outcome(messages, turn_index, call["id"]) != "error"
                 if best == 1.0:
@@ -196,3 +236,25 @@ class ToolCallingReward(Reward):
         if "expected_done" in breakdown:
             parts.append(f"expected calls made exactly: {breakdown['expected_done']}")
         return "; ".join(parts)
+
+
+class _Memo:
+    """Within one conversation: tool kinds by name, and expected arguments normalised once (on first use)."""
+
+    __slots__ = ("reward", "declared", "kinds", "normalised")
+
+    def __init__(self, reward: ToolCallingReward, declared: Mapping[str, Any]):
+        self.reward, self.declared = reward, declared
+        self.kinds: dict[Any, str] = {}
+        self.normalised: dict[int, Any] = {}
+
+    def kind(self, name: Any) -> str:
+        kind = self.kinds.get(name)
+        if kind is None:
+            kind = self.kinds[name] = self.reward._kind(name, self.declared)
+        return kind
+
+    def expected(self, required: list[Mapping[str, Any]], index: int) -> Any:
+        if index not in self.normalised:
+            self.normalised[index] = normalise(required[index].get("arguments") or {}, self.reward._ordered)
+        return self.normalised[index]

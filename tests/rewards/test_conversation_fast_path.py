@@ -1,0 +1,23 @@
+"""A reward may grade a whole conversation at once (`grade_conversation`) for speed; it must give exactly the grades
+that grading each turn on its own gives, on real logs."""
+from __future__ import annotations
+
+import pytest
+
+from helpers.realdata import tau_log_records
+from stateset_agents import GradeItem
+from stateset_agents.components import assistant_turns
+from stateset_agents.runtimes import load_component
+
+
+@pytest.mark.parametrize("name", ["tool_calling", "customer_support", "nsr", "gsm8k"])
+def test_whole_conversation_grading_equals_turn_by_turn(name):
+    from stateset_agents.registry import get_registry
+
+    cls = get_registry().resolve(name, kind="reward").load_class()
+    records = tau_log_records(with_expected_calls=True)[::7]
+    with load_component(name, config=cls.example_config()) as reward:
+        together = reward.grade([GradeItem(r) for r in records])
+        one_by_one = [row for r in records for t in assistant_turns(r)
+                      for row in reward.grade([GradeItem(r, turns=[t])])]
+    assert together == one_by_one
