@@ -14,6 +14,7 @@ from .improve import run_improve
 from .ingest import run_ingest
 
 REWARD = "customer_support"
+MARKER = ".stateset-quickstart"
 
 #: Sized for a 2-core CPU, where SmolLM2-135M reads a ~400-token support prompt at roughly 100 tokens/s: six
 #: updates of one prompt x 4 samples, then 16 held-out prompts answered twice, stay under 15 minutes.
@@ -44,10 +45,12 @@ def run_quickstart(workdir: str | Path, *, fast: bool = False, overwrite: bool =
                    on_event: Callable[[dict[str, Any]], None] | None = None) -> QuickstartResult:
     work = Path(workdir)
     if work.exists() and any(work.iterdir()):
-        if not overwrite:
+        # An earlier quickstart's folder (it carries our marker) is replaced; anything else needs --overwrite.
+        if not overwrite and not (work / MARKER).exists():
             raise StatesetError(f"{work} already holds files; pass --overwrite to replace them or choose --output")
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
+    (work / MARKER).write_text("made by `stateset-agents quickstart`; the next quickstart replaces this folder\n")
     preset = FAST if fast else FULL
     result = QuickstartResult(work)
     step = on_step or (lambda _msg: None)
