@@ -254,19 +254,26 @@ class EvaluatorServicer(evaluator_pb2_grpc.EvaluatorServicer):
 
 
 class ProviderServicer(provider_pb2_grpc.ProviderServicer):
-    def __init__(self, host: ComponentHost):
-        def method(name: str):
-            def call(request, context):
-                provider = host.component(request.config)
-                arg = orjson.loads(request.json) if request.json else {}
-                result = getattr(provider, name)(arg.get("run_id") if name in ("status", "terminate") else arg) \
-                    if name != "list_jobs" else provider.list_jobs()
-                return provider_pb2.ProviderReply(json=orjson.dumps(result, default=str))
-            return _guard(f"Provider.{name}", call)
+    # rpc name -> (Provider method, how the request's JSON becomes its arguments)
+    _METHODS = {
+        "Quote": ("quote", lambda a: (a,)), "Launch": ("launch", lambda a: (a,)),
+        "Status": ("status", lambda a: (a.get("run_id"),)), "Terminate": ("terminate", lambda a: (a.get("run_id"),)),
+        "ListJobs": ("list_jobs", lambda a: ()), "Artifacts": ("artifacts", lambda a: (a,)),
+        "ReadArtifact": ("read_artifact", lambda a: (a,)),
+    }
 
-        self.Quote, self.Launch = method("quote"), method("launch")
-        self.Status, self.Terminate, self.ListJobs = method("status"), method("terminate"), method("list_jobs")
-        self.Artifacts, self.ReadArtifact = method("artifacts"), method("read_artifact")
+    def __init__(self, host: ComponentHost):
+        for rpc, (method, arguments) in self._METHODS.items():
+            setattr(self, rpc, _guard(f"Provider.{rpc}", self._call(host, method, arguments)))
+
+    @staticmethod
+    def _call(host: ComponentHost, method: str, arguments: Callable):
+        def call(request, context):
+            provider = host.component(request.config)
+            payload = orjson.loads(request.json) if request.json else {}
+            result = getattr(provider, method)(*arguments(payload))
+            return provider_pb2.ProviderReply(json=orjson.dumps(result, default=str))
+        return call
 
 
 _ADD_SERVICER = {

@@ -69,7 +69,7 @@ class Engine:
                     yield from self._interrupt(extra)
                     return
                 started = time.perf_counter()
-                try:
+                with self._failing_closed():
                     batch, info = self._make_batch()
                     check_batch(batch, self.backend.vocab_size, needs_behaviour=self.objective.ROLLOUT != "none",
                                 needs_reference=cfg_beta(cfg) > 0)
@@ -78,12 +78,7 @@ class Engine:
                         batch, lambda new, b, *v: self.objective.loss(new, b, cfg, *v), temperature=_temp(cfg),
                         values=getattr(self.objective, "VALUE_HEAD", False))
                     stats.update(self.backend.optimizer_step())
-                except IntegrityError as exc:
-                    self._fail("integrity", str(exc), sample=exc.sample)
-                    return
-                except FloatingPointError as exc:
-                    _zero_grad(self.backend)
-                    self._fail("non_finite_update", str(exc))
+                if self.failure:
                     return
                 self.step += 1  # committed
                 now = time.perf_counter()
@@ -107,18 +102,13 @@ class Engine:
         cursor = Cursor(len(self.rows), cfg.seed)
         losses = []
         for k in range(cfg.value_pretrain_steps):
-            try:
+            with self._failing_closed():
                 batch, info = self._rl_batch(cursor, tag=f"v{k + 1}.")
                 check_batch(batch, self.backend.vocab_size, needs_behaviour=True, needs_reference=cfg_beta(cfg) > 0)
                 stats = self.backend.forward_backward(batch, lambda new, b, v: obj.value_loss(v, b, cfg),
                                                       temperature=_temp(cfg), values=True)
                 stats.update(self.backend.optimizer_step(policy=False))
-            except IntegrityError as exc:
-                self._fail("integrity", str(exc), sample=exc.sample)
-                return
-            except FloatingPointError as exc:
-                _zero_grad(self.backend)
-                self._fail("non_finite_update", str(exc))
+            if self.failure:
                 return
             losses.append(stats["loss"])
             record = {"step": 0, "phase": "value_pretrain", "pretrain_step": k + 1, **info, **stats}
@@ -126,6 +116,18 @@ class Engine:
                 self.run_dir.append_metrics(record)
         yield {"type": "log", "message": f"value pre-training: {len(losses)} updates of the value head, "
                                          f"value loss {losses[0]:.4f} -> {losses[-1]:.4f}"}
+
+    @contextlib.contextmanager
+    def _failing_closed(self) -> Iterator[None]:
+        """An update that breaks integrity or goes non-finite fails the run (the last good checkpoint stays);
+        the caller checks `self.failure` after the block."""
+        try:
+            yield
+        except IntegrityError as exc:
+            self._fail("integrity", str(exc), sample=exc.sample)
+        except FloatingPointError as exc:
+            _zero_grad(self.backend)
+            self._fail("non_finite_update", str(exc))
 
     def _fail(self, reason: str, message: str, **more) -> None:
         kept = self.last_checkpoint
