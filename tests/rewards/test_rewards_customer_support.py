@@ -50,11 +50,43 @@ def test_resolution_claims_need_a_successful_tool_call():
 def test_state_changing_actions_need_the_users_go_ahead():
     asked = grade([user("Update my order to the new address?"), assistant("I will set it to 1 Main St. Proceed?"),
                    user("Yes, go ahead."), assistant(None, [("update_order", "{}")])])
-    assert asked.applicable and asked.breakdown == {"consent": 1.0}
+    assert asked.applicable and asked.breakdown == {"consent": 1.0, "effect": 1.0}
     unasked = grade([user("Could you maybe update it to make sure it arrives?"), assistant(None, [("update_order", "{}")])])
-    assert unasked.score == 0.0 and "go-ahead" in unasked.reason
+    assert unasked.breakdown["consent"] == 0.0 and unasked.score == 0.5 and "go-ahead" in unasked.reason
     retracted = grade([user("No wait, yes later."), assistant(None, [("update_order", "{}")])])
     assert retracted.breakdown["consent"] == 0.0
+
+
+def test_a_write_the_system_rejects_loses_credit_even_with_consent():
+    rejected = grade([user("Please cancel it. Yes, go ahead."), assistant(None, [("cancel_order", "{}")]),
+                      tool("call_0_cancel_order", "Error: order already shipped")], index=1)
+    assert rejected.breakdown == {"consent": 1.0, "effect": 0.0} and rejected.score == 0.5
+    assert "rejected cancel_order" in rejected.reason
+
+
+def test_offering_a_transfer_is_not_escalating_and_mentioning_a_person_is_not_asking_for_one():
+    offer = grade([user("Can I get a refund?"),
+                   assistant("I'm sorry, I can't refund this. Would you like me to transfer you to a human agent?")])
+    assert "escalation" not in offer.breakdown
+    advice_unasked = grade([user("Why was it delayed?"), assistant("I'm transferring you to a colleague now.")])
+    assert advice_unasked.breakdown["escalation"] == 0.0  # an unasked hand-off with no reason it could not help
+    goodbye = grade([user("Thanks! Talk to you soon."), assistant("Have a good day!")])
+    assert "escalation" not in goodbye.breakdown
+    asked = grade([user("Is there a supervisor I could speak to?"),
+                   assistant("Of course. Shall I transfer you to a human agent now?")])
+    assert asked.breakdown["escalation"] == 1.0  # asked for a person; offering the transfer honours it
+    ignored = grade([user("Please transfer me to a real person."), assistant("Let me check your order first.")])
+    assert ignored.breakdown["escalation"] == 0.0
+
+
+def test_saying_the_same_reply_again_marks_it_off_track():
+    reply = "I need the reservation number to look into your booking before I can make any changes to it."
+    circles = grade([user("change my booking"), assistant(reply), user("I don't have it, can you look it up?"),
+                     assistant(reply)])
+    assert circles.breakdown["on_track"] == 0.0
+    fresh = grade([user("change my booking"), assistant(reply), user("It is ABC123."),
+                   assistant("Thanks, I found booking ABC123 for May 3. Which flight would you like instead?")])
+    assert "on_track" not in fresh.breakdown
 
 
 def test_a_user_correcting_the_agent_marks_the_reply_off_track():
@@ -87,5 +119,5 @@ def test_real_tau_airline_auc_beats_length_baseline(score_auc):
     baseline = roc_auc([len(r["messages"]) for r in records], [labels[r["id"]] for r in records])
     print(f"\ncustomer_support ROC AUC {auc:.3f}; length-only baseline {baseline:.3f}")
     assert auc > baseline
-    # Issue 3's target is 0.7; this guards what the rules reach today (0.667) so nothing regresses unnoticed.
-    assert auc >= 0.66
+    # Issue 3's target: 0.7 (measured 0.703; the rules come from general support practice, see docs/rewards.md).
+    assert auc >= 0.7

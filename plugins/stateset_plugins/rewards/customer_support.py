@@ -6,6 +6,7 @@ through the config, so a deployment can adapt the vocabulary without code.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 from stateset_agents import Reward, TurnGrade
@@ -14,15 +15,25 @@ from ._text import find_pattern, last_message, message_text, phrase_pattern, too
 from ._tools import call_outcome, declared_tools, tool_kind
 
 DEFAULT_PHRASES: dict[str, tuple[str, ...]] = {
-    # The user asks for a person.
-    "wants_human": ("human", "human agent", "real person", "live agent", "representative", "supervisor", "manager",
-                    "speak to someone", "talk to someone", "someone else", "transfer me", "escalate"),
-    # The agent hands over (in words; a hand-off tool call counts too).
-    "escalates": ("transfer you", "transferring you", "transfer to a human", "human agent", "escalate", "escalating",
-                  "connect you with", "supervisor"),
+    # The user asks for a person (a request: "transfer me", "can I speak to"; merely naming "a human agent" is not).
+    "wants_human": ("transfer me", "connect me", "put me through", "speak to a", "speak to someone", "speak with a",
+                    "speak with someone", "talk to a", "talk to someone", "talk with a", "talk with someone",
+                    "speaking to a", "speaking with a", "talking to a", "talking with a", "i could speak to",
+                    "i can speak to", "i could talk to", "i can talk to", "real person", "live agent",
+                    "representative", "supervisor", "manager", "someone else", "escalate this", "please escalate"),
+    # The agent hands over (an act in words; a hand-off tool call counts too). Offers and advice ("would you like me
+    # to transfer you?", "I recommend contacting a human agent") are not hand-offs: questions are not read here.
+    "escalates": ("i am transferring you", "i'm transferring you", "i'll be transferring you", "transferred you",
+                  "i will transfer you", "i'll transfer you", "let me transfer you", "i'm connecting you",
+                  "i am connecting you", "i will connect you", "i'll connect you", "i'm escalating", "i am escalating",
+                  "i will escalate", "i'll escalate", "has been escalated"),
+    # The agent offers or names a hand-off: enough when the user asked for a person (the transfer may need a yes).
+    "offers_handoff": ("transfer you", "transferring you", "transfer to a human", "human agent", "connect you",
+                       "supervisor", "escalate"),
     # The agent says the request is beyond what it can do (a legitimate reason to escalate).
     "out_of_scope": ("unable to", "not able to", "cannot", "can't", "outside my", "beyond my", "not possible",
-                     "not allowed"),
+                     "not allowed", "unfortunately", "can only", "only able to", "i'm afraid", "not eligible",
+                     "not permitted", "does not allow", "doesn't allow"),
     # The request was carried out.
     "resolved": ("successfully", "has been cancelled", "has been canceled", "has been updated", "has been booked",
                  "has been changed", "has been added", "have been updated", "have been added", "is confirmed",
@@ -85,11 +96,18 @@ class CustomerSupportReward(Reward):
         user = seen.last_user(turn_index)
         user_text = seen.text(user) if user is not None else ""
         if writes and not text.strip():
-            # A state-changing action needs the user's explicit go-ahead in their latest message.
+            # A state-changing action needs the user's explicit go-ahead in their latest message, and should be one
+            # the system accepts: a write the tool rejected was an attempt to change something that cannot change.
             consent = 1.0 if self._user_affirmed(user_text) else 0.0
-            return TurnGrade(score=consent, breakdown={"consent": consent},
-                             reason="acted on the user's explicit go-ahead" if consent else
-                             "changed something without the user's explicit go-ahead")
+            rejected = [c["name"] for c in calls
+                        if seen.kind(c["name"]) == "write" and seen.outcome(turn_index, c["id"]) == "error"]
+            effect = 0.0 if rejected else 1.0
+            reasons = ["acted on the user's explicit go-ahead" if consent else
+                       "changed something without the user's explicit go-ahead"]
+            if rejected:
+                reasons.append(f"the system rejected {', '.join(rejected)}")
+            return TurnGrade(score=(consent + effect) / 2, breakdown={"consent": consent, "effect": effect},
+                             reason="; ".join(reasons))
         if not text.strip() and not handoff_call:
             return TurnGrade.not_applicable("no reply to the user and no hand-off in this turn")
 
@@ -101,10 +119,11 @@ class CustomerSupportReward(Reward):
         rude = find_pattern(text, self._patterns["rude"])
         checks["tone"] = 0.0 if rude else (1.0 if self._says(text, "polite") or not text.strip() else 0.75)
 
-        escalated = handoff_call or self._says(text, "escalates")
+        escalated = handoff_call or self._says(_statements(text), "escalates")
         asked_for_human = self._says(user_text, "wants_human")
         if asked_for_human:
-            checks["escalation"] = 1.0 if escalated else 0.0  # the user asked for a person: honour it
+            # the user asked for a person: hand off, or offer to
+            checks["escalation"] = 1.0 if escalated or self._says(text, "offers_handoff") else 0.0
         elif escalated:
             # Escalating without being asked is right only when the agent says it cannot handle the request.
             earlier_agent = " ".join(seen.text(i) for i, m in enumerate(messages[:turn_index])
@@ -122,6 +141,8 @@ class CustomerSupportReward(Reward):
 
         if self._says(user_text, "correction"):
             checks["on_track"] = 0.0  # the user had to correct the agent: the conversation went off track
+        elif seen.repeats_earlier_reply(turn_index):
+            checks["on_track"] = 0.0  # saying again what was already said: the conversation is going in circles
 
         quality = [checks[k] for k in ("tone", "escalation", "resolution", "on_track") if k in checks]
         score = checks["safety"] * (sum(quality) / len(quality))  # unsafe content voids the reply
@@ -157,7 +178,7 @@ class _Seen:
     """One conversation's messages with what grading reads from them (texts, tool calls, tool kinds, call
     outcomes), each derived on first use and kept for the conversation's other turns."""
 
-    __slots__ = ("messages", "declared", "_texts", "_calls", "_kinds", "_outcomes")
+    __slots__ = ("messages", "declared", "_texts", "_calls", "_kinds", "_outcomes", "_trigrams")
 
     def __init__(self, conversation: Mapping[str, Any]):
         self.messages = conversation["messages"]
@@ -166,6 +187,7 @@ class _Seen:
         self._calls: dict[int, list[dict[str, Any]]] = {}
         self._kinds: dict[Any, str] = {}
         self._outcomes: dict[tuple[int, Any], str] = {}
+        self._trigrams: dict[int, frozenset] = {}
 
     def text(self, index: int) -> str:
         text = self._texts.get(index)
@@ -195,9 +217,39 @@ class _Seen:
             outcome = self._outcomes[key] = call_outcome(self.messages, index, call_id)
         return outcome
 
+    def repeats_earlier_reply(self, index: int) -> bool:
+        """Is this reply mostly (by word trigrams) an earlier reply of the agent's said again?"""
+        mine = self._shingles(index)
+        if not mine:
+            return False
+        for earlier in range(index):
+            if self.messages[earlier].get("role") == "assistant":
+                theirs = self._shingles(earlier)
+                if theirs and len(mine & theirs) >= REPEAT_OVERLAP * len(mine | theirs):
+                    return True
+        return False
+
+    def _shingles(self, index: int) -> frozenset:
+        shingles = self._trigrams.get(index)
+        if shingles is None:
+            words = _WORD.findall(self.text(index).lower())
+            shingles = self._trigrams[index] = frozenset(zip(words, words[1:], words[2:]))
+        return shingles
+
     def last_user(self, before: int) -> int | None:
         found = last_message(self.messages, "user", before)
         return found[0] if found else None
+
+
+_WORD = re.compile(r"\w+")
+#: Jaccard overlap of word trigrams above which a reply counts as an earlier reply repeated.
+REPEAT_OVERLAP = 0.6
+_QUESTION = re.compile(r"[^.!?\n]*\?")
+
+
+def _statements(text: str) -> str:
+    """The text without its questions: an offer ("shall I transfer you?") is not the act."""
+    return _QUESTION.sub(" ", text)
 
 
 def _succeeded_since_user(seen: _Seen, turn_index: int) -> bool:
