@@ -116,8 +116,8 @@ def test_real_tau_airline_auc(airline_policy, score_auc):
 
     auc, _ = score_auc(NSRReward({"policy": airline_policy}), tau_log_records(with_expected_calls=False))
     print(f"\nnsr (airline policy) ROC AUC on tau-airline dev: {auc:.3f}")
-    # Issue 3's target is 0.8; this guards what the policy reaches today (0.758) so nothing regresses unnoticed.
-    assert auc >= 0.748
+    # Issue 3 target: 0.8 (measured 0.801; every rule is a sentence of policy.md, see docs/rewards.md).
+    assert auc >= 0.8
 
 
 def test_standing_rules_count_only_when_broken_and_all_kept_scoring():
@@ -426,3 +426,59 @@ def test_airline_flights_the_agent_names_come_from_tools_or_the_user(airline_pol
     assert not reward.grade_turn(named, len(messages)).applicable
     invented = conversation(messages + [assistant("HAT777 is available on 2024-05-21.")])
     assert reward.grade_turn(invented, len(messages)).breakdown["flights-stated-come-from-tools@turn"] == "broken"
+
+
+_SAME_FLIGHTS = [("HAT001", "2024-05-20"), ("HAT002", "2024-05-20")]
+_PAYMENT = "payment-method-chosen-by-user@update_reservation_flights"
+
+
+def _with_messages(conv, before_last=(), listing=None):
+    """The conversation with `before_last` inserted before the agent's listing, or the listing's text replaced."""
+    messages = list(conv["messages"])
+    if listing is not None:
+        messages[-3] = assistant(listing)
+    return conversation(messages[:-3] + list(before_last) + messages[-3:])
+
+
+def test_airline_payment_method_is_the_users_choice_not_the_agents(airline_policy):
+    chosen_by_agent = _change_conversation(_SAME_FLIGHTS)  # the agent picked credit_card_1 and named only its id
+    assert _breakdown(airline_policy, chosen_by_agent)[_PAYMENT] == "broken"
+    named_by_user = _with_messages(chosen_by_agent, [user("Please charge my credit card."),
+                                                     assistant("Certainly.")])
+    assert _breakdown(airline_policy, named_by_user)[_PAYMENT] == "kept"
+    in_the_confirmed_details = _with_messages(
+        chosen_by_agent, listing="Change R1 to these flights; the difference goes on your credit card. Confirm?")
+    assert _breakdown(airline_policy, in_the_confirmed_details)[_PAYMENT] == "kept"
+    edited = copy.deepcopy(airline_policy)
+    edited["rules"] = [r for r in edited["rules"] if r["id"] != "payment-method-chosen-by-user"]
+    assert _PAYMENT not in _breakdown(edited, chosen_by_agent)
+
+
+def _passenger_request(request, reply):
+    return conversation([user("I am u1, reservation R1."),
+                         assistant(None, [("get_reservation_details", '{"reservation_id": "R1"}')]),
+                         tool("call_0_get_reservation_details", _RESERVATION), assistant("Found it."),
+                         user(request), assistant(reply)])
+
+
+def test_airline_refusing_a_passenger_change_is_grounded_only_for_the_number_of_passengers(airline_policy):
+    key = "passenger-change-refusal-grounded@refusal"
+    wrong = _passenger_request("Please change the passenger to my wife, Mia Lee.",
+                               "Unfortunately, passengers on a reservation cannot be changed.")
+    assert _breakdown(airline_policy, wrong)[key] == "broken"
+    right = _passenger_request("Can you add a passenger, my son, to R1?",
+                               "Unfortunately, the number of passengers cannot change.")
+    assert _breakdown(airline_policy, right)[key] == "kept"
+
+
+def test_language_expressions_may_span_lines_and_agent_said_last_reads_the_latest_reply():
+    assert _evaluate("1 if x\n  else 2", {"x": False}) == 2
+    conv = conversation([user("hi"), assistant("We can use your gift card."), user("ok"),
+                         assistant(None, [("get_x", "{}")]), tool("call_0_get_x", "{}"),
+                         assistant(None, [("do_x", "{}")])])
+    policy = copy.deepcopy(SHOP_POLICY)
+    policy["words"]["gift"] = ["gift card"]
+    policy["tools"]["writes"] = ["do_x"]
+    policy["rules"] = [{"id": "gift", "says": "The agent last spoke of the gift card.", "decision": "write",
+                        "require": "agent_said_last('gift')"}]
+    assert NSRReward({"policy": policy}).grade_turn(conv, 5).breakdown == {"gift@do_x": "kept"}

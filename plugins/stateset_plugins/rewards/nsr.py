@@ -168,6 +168,7 @@ class _Context:
             "user_said": lambda *p: any(has_phrase(t, _expand(p, words)) for t in self._texts("user")),
             "user_said_last": lambda *p: has_phrase(self._last_text("user"), _expand(p, words)),
             "agent_said": lambda *p: any(has_phrase(t, _expand(p, words)) for t in self._texts("assistant")),
+            "agent_said_last": lambda *p: has_phrase(self._last_text("assistant"), _expand(p, words)),
             "turn_says": lambda *p: has_phrase(decision["text"], _expand(p, words)),
             "turn_matches": lambda pattern: _regex_matches(pattern, decision["text"]),
             "seen": self._seen,
@@ -186,8 +187,11 @@ class _Context:
         return [message_text(m) for m in self.prefix if m.get("role") == role]
 
     def _last_text(self, role: str) -> str:
-        texts = self._texts(role)
-        return texts[-1] if texts else ""
+        """The latest message of `role` that says something (an agent's tool-call-only turns say nothing)."""
+        for text in reversed(self._texts(role)):
+            if text.strip():
+                return text
+        return ""
 
     def _user_confirmed(self) -> bool:
         """The latest user message says yes (an `affirm` word) and does not say no (`negate`) before it."""

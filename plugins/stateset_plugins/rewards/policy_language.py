@@ -155,7 +155,8 @@ _ARITHMETIC: dict[type, Callable[[Any, Any], Any]] = {
 def compile_expression(source: str, where: str) -> ast.Expression:
     """Parse once at policy load; refuse anything outside the whitelist with the rule that holds it."""
     try:
-        tree = ast.parse(str(source).strip(), mode="eval")
+        # Parenthesised, so an expression may run over several lines however YAML indents them.
+        tree = ast.parse("(" + str(source).strip() + "\n)", mode="eval")
     except SyntaxError as exc:
         raise InputError(f"policy expression in {where} does not parse: {exc.msg}: {source!r}", field=where)
     allowed = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare,
