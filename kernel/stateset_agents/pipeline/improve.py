@@ -5,7 +5,7 @@ Outputs, in OUT:
 
 * `graded.jsonl`: one grade row per assistant turn, as the reward returned it (checked against what was asked).
 * `curated.jsonl`: the applicable turns scoring >= threshold, as conversational prompt-completion rows (see
-  `curated_row`), outside the held-out slice.
+  `curated_rows.Conversation.curated_line`), outside the held-out slice.
 * `held_out.jsonl`: evaluation prompts `{"id", "prompt", "tools", "metadata", "lineage"}`, one per held-out
   conversation (the prefix before its first applicable turn after a user message). Conversations are held out by
   a hash of their normalised first user message, so no held-out prompt equals a training prompt (exactly or
@@ -19,24 +19,22 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import math
 import os
 import shlex
-import shutil
-import tempfile
-import unicodedata
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import orjson
 
 from .._version import __version__
-from ..components import GradeItem, assistant_turns
+from ..components import GradeItem
 from ..errors import InputError, PluginError
-from ..jsonio import atomic_write, dumps, dumps_line, load_json, read_jsonl, sha256_bytes, sha256_file
+from ..jsonio import atomic_write, dumps, dumps_line, load_json, read_jsonl, sha256_file
+from .curated_rows import Conversation, CuratedSink, Sink, is_held_out
+from .curated_rows import decode_curated, message_text, split_key  # noqa: F401  (imported from here by others)
 
 TRANSCRIPTS = "transcripts.jsonl"
 GRADED, CURATED, HELD_OUT = "graded.jsonl", "curated.jsonl", "held_out.jsonl"
@@ -83,7 +81,8 @@ def load_policy(path: str | os.PathLike) -> Any:
         raise InputError(f"the policy holds a value JSON cannot carry: {exc}", path=str(path)) from None
 
 
-def _check_conversation(obj: Any, shown: str, line: int) -> dict[str, Any]:
+def _check_conversation(obj: Any, shown: str, line: int) -> tuple[dict[str, Any], list[int]]:
+    """The conversation, its id made a string, and the indices of its assistant turns (found in the same pass)."""
     def bad(message: str, field: str | None) -> None:
         raise InputError(message, path=shown, line=line, field=field)
 
@@ -96,210 +95,23 @@ def _check_conversation(obj: Any, shown: str, line: int) -> dict[str, Any]:
     messages = obj.get("messages")
     if not isinstance(messages, list) or not messages:
         bad("expected a non-empty list of messages", "messages")
+    turns = []
     for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        role = m.get("role") if isinstance(m, dict) else None
+        if not isinstance(role, str):
             bad("expected a message object with a string role", f"messages[{i}].role")
-        if m.get("tool_calls") is not None and not isinstance(m["tool_calls"], list):
+        if role == "assistant":
+            turns.append(i)
+        calls = m.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
             bad("expected a list of tool calls or null", f"messages[{i}].tool_calls")
     for key, kind, what in (("tools", list, "a list"), ("metadata", dict, "an object"), ("source", dict, "an object")):
         if obj.get(key) is not None and not isinstance(obj[key], kind):
             bad(f"expected {what} or null", key)
-    return obj
-
-
-# ------------------------------------------------------------------------------------------- one message schema
-#
-# Arrow (hence `datasets`) needs one type per field across rows, so every curated message has the same keys and
-# types: role str, content str, tool_calls list|None, tool_call_id str|None, name str|None; a tool call is
-# {id: str, type: str, function: {name: str, arguments: str}}.
-
-
-def message_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: keep the text, the one part every chat template renders
-        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return dumps(content).decode()  # a tool result logged as an object
-
-
-def _optional_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _tool_call(call: Any) -> dict[str, Any]:
-    call = call if isinstance(call, dict) else {}
-    fn = call.get("function") if isinstance(call.get("function"), dict) else {}
-    args = fn.get("arguments")
-    return {"id": str(call.get("id") or ""), "type": str(call.get("type") or "function"),
-            "function": {"name": str(fn.get("name") or ""),
-                         "arguments": args if isinstance(args, str) else dumps({} if args is None else args).decode()}}
-
-
-def normalise_message(m: Mapping[str, Any]) -> dict[str, Any]:
-    calls = m.get("tool_calls")
-    return {"role": m["role"], "content": message_text(m.get("content")),
-            "tool_calls": [_tool_call(c) for c in calls] if calls else None,
-            "tool_call_id": _optional_str(m.get("tool_call_id")), "name": _optional_str(m.get("name"))}
-
-
-_NULLABLE = ("tool_calls", "tool_call_id", "name")
-
-
-def _message_bits(m: Mapping[str, Any]) -> int:
-    return sum(1 << i for i, key in enumerate(_NULLABLE) if m[key] is not None)
-
-
-class _Conversation:
-    """One input conversation, with its curated-row pieces built once, on first use."""
-
-    __slots__ = ("data", "line", "turns", "held_out", "_norm", "_prefix_bits", "_suffix_bits", "_tools", "_metadata",
-                 "_lineage")
-
-    def __init__(self, data: dict[str, Any], line: int, held_out: bool):
-        self.data, self.line, self.held_out = data, line, held_out
-        self.turns = assistant_turns(data)
-        self._norm: list[dict] | None = None
-
-    def _build(self, source_path: str, source_sha256: Future) -> None:
-        self._norm = [normalise_message(m) for m in self.data["messages"]]
-        bits, self._prefix_bits = 0, []
-        for m in self._norm:
-            self._prefix_bits.append(bits)
-            bits |= _message_bits(m)
-        bits, self._suffix_bits = 0, [0] * len(self._norm)
-        for i in range(len(self._norm) - 1, -1, -1):
-            self._suffix_bits[i] = bits  # what the messages after turn i fill
-            bits |= _message_bits(self._norm[i])
-        # Arrow cannot hold arbitrary JSON (tool schemas, metadata) in one column type; TRL parses `tools` text.
-        self._tools = dumps(self.data.get("tools") or []).decode()
-        self._metadata = dumps(self.data.get("metadata") or {}).decode()
-        src = self.data.get("source") or {}
-        line = src.get("line")
-        self._lineage = {"conversation_id": self.data["id"], "source_path": str(src.get("path") or source_path),
-                         "source_sha256": str(src.get("sha256") or source_sha256.result()),
-                         "line": line if isinstance(line, int) and not isinstance(line, bool) else self.line}
-
-    def curated_row(self, turn: int, score: float, source: tuple[str, Future]) -> tuple[dict[str, Any], int]:
-        """The training row for `turn`, and which nullable fields it fills (prompt: bits 0-2, completion: 3-5,
-        continuation: 6-8). `continuation` is the recorded rest of the conversation, which multi-turn training
-        replays (user turns, tool results); single-turn trainers and TRL ignore it."""
-        if self._norm is None:
-            self._build(*source)
-        row = {"prompt": self._norm[:turn], "completion": [self._norm[turn]], "continuation": self._norm[turn + 1:],
-               "tools": self._tools, "score": score, "metadata": self._metadata,
-               "lineage": {**self._lineage, "turn_index": turn}}
-        width = len(_NULLABLE)
-        return row, (self._prefix_bits[turn] | (_message_bits(self._norm[turn]) << width)
-                     | (self._suffix_bits[turn] << 2 * width))
-
-    def held_out_row(self, turn: int, source: tuple[str, Future]) -> dict[str, Any]:
-        if self._norm is None:
-            self._build(*source)
-        return {"id": f"{self.data['id']}#{turn}", "prompt": self._norm[:turn], "tools": self.data.get("tools") or [],
-                "metadata": self.data.get("metadata") or {}, "lineage": {**self._lineage, "turn_index": turn}}
-
-
-def split_key(messages: list[Mapping[str, Any]]) -> str:
-    """What decides the held-out split: the letters and digits of the first user message, NFKC and case folded.
-    That is coarser than the overlap check's normalising (`overlap.normalise_text`: case folded, punctuation dropped,
-    whitespace collapsed), so two prompts it calls equal always fall on the same side; and it is C-speed."""
-    for m in messages:
-        if m.get("role") == "user":
-            text = unicodedata.normalize("NFKC", message_text(m.get("content"))).casefold()
-            return "".join(filter(str.isalnum, text))
-    return ""
-
-
-def is_held_out(messages: list[Mapping[str, Any]], fraction: float) -> bool:
-    if fraction <= 0:
-        return False
-    return int(sha256_bytes(split_key(messages).encode())[:16], 16) < fraction * 2 ** 64
-
-
-def decode_curated(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A curated row with its JSON-text columns (`tools`, `metadata`) parsed back; already-parsed values (rows
-    written by other tools) pass through."""
-    out = dict(row)
-    for key in ("tools", "metadata"):
-        if isinstance(out.get(key), (str, bytes)):
-            out[key] = orjson.loads(out[key])
-    return out
+    return obj, turns
 
 
 # ------------------------------------------------------------------------------------------------------ outputs
-
-
-class _Sink:
-    """A binary output that keeps the sha256, size and row count of what it was given. Rows arrive a batch at a
-    time: one write per batch keeps the per-row cost (and, beside a gRPC reward, GIL hand-offs) down."""
-
-    def __init__(self, f: IO[bytes]):
-        self.f, self.sha, self.bytes, self.rows = f, hashlib.sha256(), 0, 0
-        self.pending: list[bytes] = []
-        self.pending_rows = 0
-
-    def add(self, lines: bytes, rows: int = 1) -> None:
-        self.pending.append(lines)
-        self.pending_rows += rows
-
-    def flush(self) -> None:
-        if self.pending:
-            self._write(b"".join(self.pending), self.pending_rows)
-            self.pending, self.pending_rows = [], 0
-
-    def _write(self, data: bytes, rows: int) -> None:
-        self.f.write(data)
-        self.sha.update(data)
-        self.bytes += len(data)
-        self.rows += rows
-
-    def describe(self) -> dict[str, Any]:
-        return {"sha256": self.sha.hexdigest(), "bytes": self.bytes, "rows": self.rows}
-
-
-class _CuratedSink(_Sink):
-    """Curated rows in input order, except that a row filling a nullable field that no earlier row filled, when it
-    comes after the first MiB of the file, moves to the head. `datasets` infers the schema from the file's first chunk
-    (10 MiB unless told otherwise) and casts later chunks to it, so a field null throughout that chunk (no tool call
-    yet) would make a later chunk fail to load. The move rewrites the file once, at the end, and only then."""
-
-    EARLY_BYTES = 1 << 20
-
-    def __init__(self, f: IO[bytes], spill_dir: Path):
-        super().__init__(f)
-        self.spill_dir, self.seen, self.late, self.pending_bytes = spill_dir, 0, [], 0
-
-    def add_row(self, row: dict[str, Any], bits: int) -> None:
-        line = dumps_line(row)
-        if bits & ~self.seen and self.bytes + self.pending_bytes > self.EARLY_BYTES:
-            self.late.append(line)
-        else:
-            self.add(line)
-            self.pending_bytes += len(line)
-        self.seen |= bits
-
-    def flush(self) -> None:
-        super().flush()
-        self.pending_bytes = 0
-
-    def finish(self) -> None:
-        self.flush()
-        if not self.late:
-            return
-        body, rows = self.f, self.rows
-        with tempfile.TemporaryFile(dir=self.spill_dir) as spill:
-            body.seek(0)
-            shutil.copyfileobj(body, spill, 1 << 20)
-            body.seek(0)
-            body.truncate()
-            self.sha, self.bytes, self.rows = hashlib.sha256(), 0, 0
-            self._write(b"".join(self.late), len(self.late))
-            spill.seek(0)
-            while block := spill.read(1 << 20):
-                self._write(block, 0)
-        self.rows = rows + len(self.late)
 
 
 class _Tally:
@@ -313,9 +125,12 @@ class _Tally:
     def add(self, score: float, breakdown: Any) -> None:
         self.values[round(score, 4)] += 1
         if isinstance(breakdown, dict):
+            checks = self.checks
             for key, value in breakdown.items():
                 if isinstance(value, (int, float)) and math.isfinite(value):
-                    acc = self.checks.setdefault(key, [0.0, 0])
+                    acc = checks.get(key)
+                    if acc is None:
+                        acc = checks[key] = [0.0, 0]
                     acc[0] += float(value)
                     acc[1] += 1
 
@@ -388,9 +203,9 @@ def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.Pa
             # Entered first, so renamed last: the summary marks a complete set of outputs.
             summary_file = stack.enter_context(atomic_write(out / SUMMARY))
             next_file = stack.enter_context(atomic_write(out / NEXT_STEPS, "w"))
-            curated_sink = _CuratedSink(stack.enter_context(atomic_write(out / CURATED, "w+b")), out)
-            held_sink = _Sink(stack.enter_context(atomic_write(out / HELD_OUT)))
-            graded_sink = _Sink(stack.enter_context(atomic_write(out / GRADED)))
+            curated_sink = CuratedSink(stack.enter_context(atomic_write(out / CURATED, "w+b")), out)
+            held_sink = Sink(stack.enter_context(atomic_write(out / HELD_OUT)))
+            graded_sink = Sink(stack.enter_context(atomic_write(out / GRADED)))
             counts = _grade_all(grader, who, src, shown, input_sha, threshold, held_out_fraction, batch_size,
                                 graded_sink, held_sink, curated_sink, on_progress)
             curated_sink.finish()
@@ -437,23 +252,23 @@ def _rare_gc() -> Iterator[None]:
 
 
 def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, threshold: float, fraction: float,
-               batch_size: int, graded: _Sink, held: _Sink, curated: _CuratedSink,
+               batch_size: int, graded: Sink, held: Sink, curated: CuratedSink,
                on_progress: Callable[[dict[str, int]], None] | None) -> dict[str, Any]:
     source = (os.path.abspath(src), input_sha)
     tally = _Tally()
     c = dict.fromkeys(("conversations", "turns_graded", "applicable", "not_applicable", "at_or_above_threshold",
                        "curated", "curated_conversations", "held_out_conversations", "held_out_prompts",
                        "held_out_turns_withheld"), 0)
-    in_flight: deque[list[_Conversation]] = deque()
+    in_flight: deque[list[Conversation]] = deque()
 
     def batches() -> Iterator[list[GradeItem]]:
-        batch: list[_Conversation] = []
+        batch: list[Conversation] = []
         for line, obj in read_jsonl(src, display=shown):
-            data = _check_conversation(obj, shown, line)
+            data, turns = _check_conversation(obj, shown, line)
             c["conversations"] += 1
-            conv = _Conversation(data, line, is_held_out(data["messages"], fraction))
+            conv = Conversation(data, line, turns, is_held_out(data["messages"], fraction))
             c["held_out_conversations"] += conv.held_out
-            if conv.turns:  # nothing to ask the reward about a conversation without assistant turns
+            if turns:  # nothing to ask the reward about a conversation without assistant turns
                 batch.append(conv)
             if len(batch) >= batch_size:
                 in_flight.append(batch)
@@ -466,6 +281,9 @@ def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, thres
     # An out-of-process reward pipelines batches (its grading overlaps our parsing and writing) through grade_many.
     grade_many = getattr(grader, "grade_many", None)
     results = grade_many(batches()) if grade_many else (grader.grade(items) for items in batches())
+    add_score = tally.add
+    # Per-turn counts in locals: this loop runs for every assistant turn of the input.
+    applicable_n = curated_n = withheld_n = prompts_n = 0
     for rows in results:
         batch = in_flight.popleft()
         expected = sum(len(conv.turns) for conv in batch)
@@ -482,29 +300,30 @@ def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, thres
                 row = next(rows_iter)
                 score, applicable = _check_grade(row, cid, turn, who)
                 if not applicable:
-                    c["not_applicable"] += 1
                     continue
-                c["applicable"] += 1
-                tally.add(score, row["breakdown"])
+                applicable_n += 1
+                add_score(score, row["breakdown"])
                 if conv.held_out:
                     # The prompt must hold the first user message (the split key) to be safe from collisions.
                     if not prompt_written and any(m.get("role") == "user" for m in conv.data["messages"][:turn]):
-                        held.add(dumps_line(conv.held_out_row(turn, source)))
-                        c["held_out_prompts"] += 1
+                        held.add(conv.held_out_line(turn, source))
+                        prompts_n += 1
                         prompt_written = True
                     if score >= threshold:
-                        c["held_out_turns_withheld"] += 1
+                        withheld_n += 1
                     continue
                 if score >= threshold:
-                    curated.add_row(*conv.curated_row(turn, score, source))
-                    c["curated"] += 1
+                    curated.add_line(*conv.curated_line(turn, score, source))
+                    curated_n += 1
                     had_curated = True
             c["curated_conversations"] += had_curated
         for sink in (graded, held, curated):
             sink.flush()
         if on_progress:
             on_progress({"conversations": c["conversations"], "turns": c["turns_graded"]})
-    c["at_or_above_threshold"] = c["curated"] + c["held_out_turns_withheld"]
+    c.update(applicable=applicable_n, not_applicable=c["turns_graded"] - applicable_n, curated=curated_n,
+             held_out_prompts=prompts_n, held_out_turns_withheld=withheld_n,
+             at_or_above_threshold=curated_n + withheld_n)
     if c["conversations"] == 0:
         raise InputError("no conversations in this file", path=shown)
     if c["turns_graded"] == 0:
