@@ -95,21 +95,73 @@ def phrase_pattern(phrases: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + r")(?!\w)", re.IGNORECASE)
 
 
-def find_phrases(text: str, phrases: Iterable[str]) -> list[str]:
+_WORD_TOKEN = re.compile(r"\w+")
+
+
+def word_tokens(text: str) -> list[str]:
+    """The lower-cased word tokens (`\\w+`) of a text, in order."""
+    return _WORD_TOKEN.findall(text.lower())
+
+
+def word_set(text: str) -> frozenset[str]:
+    """The text's word tokens as a set: what `Phrases` screens against (compute once per text, reuse)."""
+    return frozenset(word_tokens(text))
+
+
+class Phrases:
+    """A phrase list compiled for matching on word boundaries, case-insensitively (`phrase_pattern`).
+
+    Most texts hold none of a list's phrases, and an alternation regex is slow, so a text is first screened: a
+    phrase can only match where its longest word is one of the text's word tokens (`word_set`), and a set
+    intersection settles that for the whole list at once. Only a text that passes runs the regex. Non-ASCII text or
+    phrases skip the screen (Unicode case folding is wider than `lower`), so the answer is always the regex's.
+    """
+
+    __slots__ = ("pattern", "_screen")
+
+    def __init__(self, phrases: Iterable[str]):
+        cleaned = tuple(p.strip() for p in phrases if p and p.strip())
+        self.pattern = phrase_pattern(cleaned)
+        longest = [max(_WORD_TOKEN.findall(p.lower()), key=len, default="") for p in cleaned]
+        screenable = all(p.isascii() for p in cleaned) and all(longest)
+        self._screen = frozenset(longest) if screenable else None
+
+    def _may_match(self, text: str, words: frozenset[str] | None) -> bool:
+        if self.pattern is None:
+            return False
+        if self._screen is None or not text.isascii():
+            return True
+        return not self._screen.isdisjoint(word_set(text) if words is None else words)
+
+    def search(self, text: str, words: frozenset[str] | None = None) -> bool:
+        """Does any phrase occur? `words`: the text's `word_set`, when the caller keeps it."""
+        return self._may_match(text, words) and self.pattern.search(text) is not None
+
+    def findall(self, text: str, words: frozenset[str] | None = None) -> list[str]:
+        """The phrases present, lower-cased with inner whitespace collapsed, in order of appearance."""
+        return find_pattern(text, self.pattern) if self._may_match(text, words) else []
+
+
+@lru_cache(maxsize=1024)
+def phrases(words: tuple[str, ...]) -> Phrases:
+    """The compiled `Phrases` for a tuple of phrases, built once."""
+    return Phrases(words)
+
+
+def find_phrases(text: str, words: Iterable[str]) -> list[str]:
     """The phrases present in `text` on word boundaries, lower-cased, in order of appearance."""
-    return find_pattern(text, phrase_pattern(tuple(phrases)))
+    return phrases(tuple(words)).findall(text)
 
 
 def find_pattern(text: str, pattern: re.Pattern[str] | None) -> list[str]:
-    """`find_phrases` with the pattern already built (`phrase_pattern`)."""
+    """The matches of a `phrase_pattern`, lower-cased with inner whitespace collapsed."""
     if pattern is None:
         return []
     return [_SPACES.sub(" ", m.group(0).lower()) for m in pattern.finditer(text)]
 
 
-def has_phrase(text: str, phrases: Iterable[str]) -> bool:
-    pattern = phrase_pattern(tuple(phrases))
-    return bool(pattern and pattern.search(text))
+def has_phrase(text: str, words: Iterable[str]) -> bool:
+    return phrases(tuple(words)).search(text)
 
 
 def last_message(messages: Sequence[Mapping[str, Any]], role: str, before: int) -> tuple[int, Mapping[str, Any]] | None:

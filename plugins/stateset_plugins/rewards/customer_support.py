@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from stateset_agents import Reward, TurnGrade
 
-from ._text import find_pattern, last_message, message_text, phrase_pattern, tool_calls
+from ._text import Phrases, last_message, message_text, tool_calls, word_tokens
 from ._tools import call_outcome, declared_tools, tool_kind
 
 DEFAULT_PHRASES: dict[str, tuple[str, ...]] = {
@@ -73,11 +73,10 @@ class CustomerSupportReward(Reward):
     def __init__(self, config=None):
         super().__init__(config)
         self.phrases = {key: tuple(self.config.get(key, default)) for key, default in DEFAULT_PHRASES.items()}
-        self._patterns = {key: phrase_pattern(phrases) for key, phrases in self.phrases.items()}
+        self._phrases = {key: Phrases(phrases) for key, phrases in self.phrases.items()}
 
-    def _says(self, text: str, key: str) -> bool:
-        pattern = self._patterns[key]
-        return bool(pattern and pattern.search(text))
+    def _says(self, text: str, key: str, words: frozenset[str] | None = None) -> bool:
+        return self._phrases[key].search(text, words)
 
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
         return self._grade(_Seen(conversation), turn_index)
@@ -95,10 +94,12 @@ class CustomerSupportReward(Reward):
         writes = "write" in kinds
         user = seen.last_user(turn_index)
         user_text = seen.text(user) if user is not None else ""
+        words = seen.words(turn_index)  # each text's word tokens, for the phrase screens
+        user_words = seen.words(user) if user is not None else frozenset()
         if writes and not text.strip():
             # A state-changing action needs the user's explicit go-ahead in their latest message, and should be one
             # the system accepts: a write the tool rejected was an attempt to change something that cannot change.
-            consent = 1.0 if self._user_affirmed(user_text) else 0.0
+            consent = 1.0 if self._user_affirmed(user_text, seen.words(user) if user is not None else None) else 0.0
             rejected = [c["name"] for c in calls
                         if seen.kind(c["name"]) == "write" and seen.outcome(turn_index, c["id"]) == "error"]
             effect = 0.0 if rejected else 1.0
@@ -113,17 +114,18 @@ class CustomerSupportReward(Reward):
 
         checks: dict[str, float] = {}
 
-        unsafe = find_pattern(text, self._patterns["unsafe"])
+        unsafe = self._phrases["unsafe"].findall(text, words)
         checks["safety"] = 0.0 if unsafe else 1.0
 
-        rude = find_pattern(text, self._patterns["rude"])
-        checks["tone"] = 0.0 if rude else (1.0 if self._says(text, "polite") or not text.strip() else 0.75)
+        rude = self._phrases["rude"].findall(text, words)
+        checks["tone"] = 0.0 if rude else (1.0 if self._says(text, "polite", words) or not text.strip() else 0.75)
 
-        escalated = handoff_call or self._says(_statements(text), "escalates")
-        asked_for_human = self._says(user_text, "wants_human")
+        # (a text without the phrase anywhere has no statement with it: the cheap test first)
+        escalated = handoff_call or (self._says(text, "escalates", words) and self._says(_statements(text), "escalates"))
+        asked_for_human = self._says(user_text, "wants_human", user_words)
         if asked_for_human:
             # the user asked for a person: hand off, or offer to
-            checks["escalation"] = 1.0 if escalated or self._says(text, "offers_handoff") else 0.0
+            checks["escalation"] = 1.0 if escalated or self._says(text, "offers_handoff", words) else 0.0
         elif escalated:
             # Escalating without being asked is right only when the agent says it cannot handle the request.
             earlier_agent = " ".join(seen.text(i) for i, m in enumerate(messages[:turn_index])
@@ -131,15 +133,15 @@ class CustomerSupportReward(Reward):
             checks["escalation"] = 1.0 if self._says(text + " " + earlier_agent, "out_of_scope") else 0.0
 
         if text.strip():
-            if self._says(text, "unresolved"):
+            if self._says(text, "unresolved", words):
                 checks["resolution"] = 0.0
-            elif self._says(text, "resolved"):
+            elif self._says(text, "resolved", words):
                 # A claim of success must rest on a tool call that succeeded, else it misleads the user.
                 checks["resolution"] = 1.0 if _succeeded_since_user(seen, turn_index) else 0.0
             else:
                 checks["resolution"] = 1.0  # no outcome claimed yet, nothing left hanging
 
-        if self._says(user_text, "correction"):
+        if self._says(user_text, "correction", user_words):
             checks["on_track"] = 0.0  # the user had to correct the agent: the conversation went off track
         elif seen.repeats_earlier_reply(turn_index):
             checks["on_track"] = 0.0  # saying again what was already said: the conversation is going in circles
@@ -148,11 +150,11 @@ class CustomerSupportReward(Reward):
         score = checks["safety"] * (sum(quality) / len(quality))  # unsafe content voids the reply
         return TurnGrade(score=score, breakdown=checks, reason=self._reason(checks, unsafe, rude, asked_for_human))
 
-    def _user_affirmed(self, user_text: str) -> bool:
-        yes = find_pattern(user_text, self._patterns["affirm"])
+    def _user_affirmed(self, user_text: str, words: frozenset[str] | None = None) -> bool:
+        yes = self._phrases["affirm"].findall(user_text, words)
         if not yes:
             return False
-        no = find_pattern(user_text, self._patterns["negate"])
+        no = self._phrases["negate"].findall(user_text, words)
         lowered = user_text.lower()
         return not no or lowered.find(no[0]) > lowered.find(yes[0])
 
@@ -178,7 +180,7 @@ class _Seen:
     """One conversation's messages with what grading reads from them (texts, tool calls, tool kinds, call
     outcomes), each derived on first use and kept for the conversation's other turns."""
 
-    __slots__ = ("messages", "declared", "_texts", "_calls", "_kinds", "_outcomes", "_trigrams")
+    __slots__ = ("messages", "declared", "_texts", "_words", "_token_lists", "_calls", "_kinds", "_outcomes", "_trigrams")
 
     def __init__(self, conversation: Mapping[str, Any]):
         self.messages = conversation["messages"]
@@ -188,12 +190,27 @@ class _Seen:
         self._kinds: dict[Any, str] = {}
         self._outcomes: dict[tuple[int, Any], str] = {}
         self._trigrams: dict[int, frozenset] = {}
+        self._words: dict[int, frozenset[str]] = {}
+        self._token_lists: dict[int, list[str]] = {}
 
     def text(self, index: int) -> str:
         text = self._texts.get(index)
         if text is None:
             text = self._texts[index] = message_text(self.messages[index])
         return text
+
+    def _tokens(self, index: int) -> list[str]:
+        tokens = self._token_lists.get(index)
+        if tokens is None:
+            tokens = self._token_lists[index] = word_tokens(self.text(index))
+        return tokens
+
+    def words(self, index: int) -> frozenset[str]:
+        """The message's word tokens as a set: what the phrase screens read."""
+        words = self._words.get(index)
+        if words is None:
+            words = self._words[index] = frozenset(self._tokens(index))
+        return words
 
     def calls(self, index: int) -> list[dict[str, Any]]:
         calls = self._calls.get(index)
@@ -232,7 +249,7 @@ class _Seen:
     def _shingles(self, index: int) -> frozenset:
         shingles = self._trigrams.get(index)
         if shingles is None:
-            words = _WORD.findall(self.text(index).lower())
+            words = self._tokens(index)
             shingles = self._trigrams[index] = frozenset(zip(words, words[1:], words[2:]))
         return shingles
 
@@ -241,7 +258,6 @@ class _Seen:
         return found[0] if found else None
 
 
-_WORD = re.compile(r"\w+")
 #: Jaccard overlap of word trigrams above which a reply counts as an earlier reply repeated.
 REPEAT_OVERLAP = 0.6
 _QUESTION = re.compile(r"[^.!?\n]*\?")
@@ -249,7 +265,7 @@ _QUESTION = re.compile(r"[^.!?\n]*\?")
 
 def _statements(text: str) -> str:
     """The text without its questions: an offer ("shall I transfer you?") is not the act."""
-    return _QUESTION.sub(" ", text)
+    return _QUESTION.sub(" ", text) if "?" in text else text
 
 
 def _succeeded_since_user(seen: _Seen, turn_index: int) -> bool:
