@@ -21,7 +21,7 @@ from typing import IO, Any, Callable, Mapping
 
 from ..components import Reject, Source
 from ..errors import InputError, PluginError
-from ..jsonio import atomic_write, digest, dumps_line, sha256_file, write_json
+from ..jsonio import atomic_write, canonical_json, dumps_line, sha256_file, write_json
 from ..runtimes import load_component
 from .redact import redact_conversation
 
@@ -77,10 +77,18 @@ class _Tally:
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
 
+    def add(self, other: "_Tally") -> None:
+        for key, value in other.__dict__.items():
+            setattr(self, key, getattr(self, key) + value)
+
+
+_SOURCE_KEYS = frozenset(("path", "sha256", "line"))
+
 
 @dataclass
 class _Ingest:
-    """The state of one run across its input files."""
+    """The state of one run across its input files. Counts go to the current file's tally; the totals are the sum
+    of the files' tallies, added as each file ends."""
 
     transcripts: _Output
     rejects: _Output
@@ -93,50 +101,51 @@ class _Ingest:
     seen_ids: "DigestSet" = field(default_factory=lambda: DigestSet())
 
     def rejected_line(self, reject: Reject, tally: _Tally) -> None:
-        for t in (tally, self.totals):
-            t.read += 1
+        tally.read += 1
         self._reject(reject, tally)
 
     def _reject(self, reject: Reject, tally: _Tally) -> None:
         self.rejects.write(reject.as_dict())
         self.reasons[reject.reason] += 1
-        for t in (tally, self.totals):
-            t.rejected += 1
+        tally.rejected += 1
 
     def conversation(self, conv: Mapping[str, Any], source: Source, tally: _Tally, who: str) -> None:
         messages = conv.get("messages")
         if not isinstance(messages, list) or not messages:
             raise PluginError(who, "ingest", f"yielded a conversation without messages from {source.path}")
-        logged = conv.get("source") if isinstance(conv.get("source"), Mapping) else {}
+        logged = conv.get("source")
+        if not isinstance(logged, Mapping):
+            logged = {}
         line = int(logged.get("line") or 0)
         # Path and sha256 are the kernel's to say; the line (and any extra, like a stitched call's lines) the plugin's.
-        where = {"path": source.path, "sha256": source.sha256, "line": line,
-                 **{k: v for k, v in logged.items() if k not in ("path", "sha256", "line")}}
-        lines_read = len(where["lines"]) if isinstance(where.get("lines"), list) else 1
-        if "lines" in where:
-            self.call_logs.update(calls=lines_read, conversations=1, unstitched=int(bool(where.get("unstitched"))))
-        for t in (tally, self.totals):
-            t.read += lines_read
-            t.conversations += 1
+        where = {"path": source.path, "sha256": source.sha256, "line": line}
+        lines_read = 1
+        if not _SOURCE_KEYS.issuperset(logged):
+            where.update((k, v) for k, v in logged.items() if k not in _SOURCE_KEYS)
+            if "lines" in where:
+                lines_read = len(where["lines"]) if isinstance(where["lines"], list) else 1
+                self.call_logs.update(calls=lines_read, conversations=1,
+                                      unstitched=int(bool(where.get("unstitched"))))
+        tally.read += lines_read
+        tally.conversations += 1
         tools, metadata = conv.get("tools") or [], conv.get("metadata") or {}
-        content = digest({"messages": messages, "tools": tools, "metadata": metadata})
-        if not self.seen_content.add(bytes.fromhex(content[:32])):
+        content = hashlib.sha256(canonical_json({"messages": messages, "tools": tools, "metadata": metadata})).digest()
+        if not self.seen_content.add(content[:16]):
             tally.duplicates += 1
-            self.totals.duplicates += 1
             return
-        conv_id = str(conv.get("id") or "") or f"conv-{content[:16]}"
+        conv_id = str(conv.get("id") or "") or f"conv-{content[:8].hex()}"
         if not self.seen_ids.add(_id_digest(conv_id)):
             self._reject(Reject(path=source.path, line=line, reason="duplicate_id", field="id",
                                 detail=f"id {conv_id!r} was already used by a different conversation earlier in "
                                        "the input; ids must be unique"), tally)
             return
         row = {"id": conv_id, "source": where, "messages": messages, "tools": tools, "metadata": metadata}
-        row.update((k, v) for k, v in conv.items() if k not in row)
+        if not row.keys() >= conv.keys():
+            row.update((k, v) for k, v in conv.items() if k not in row)
         if self.redact:
             self.redactions.update(redact_conversation(row))
         self.transcripts.write(row)
         tally.written += 1
-        self.totals.written += 1
 
 
 def _id_digest(conv_id: str) -> bytes:
@@ -251,15 +260,17 @@ def run_ingest(format: str, inputs: str | os.PathLike, output: str | os.PathLike
             report = _progress_reporter(progress, source.path, index, len(sources), tally)
             report(0, force=True)
             for item in ingestor.ingest(source):
-                if isinstance(item, Reject):
+                if isinstance(item, dict) or isinstance(item, Mapping):  # a dict, the common case, checked cheaply
+                    run.conversation(item, source, tally, who)
+                    if progress is not None:
+                        report(int((item.get("source") or {}).get("line") or 0))
+                elif isinstance(item, Reject):
                     run.rejected_line(item, tally)
                     report(item.line)
-                elif isinstance(item, Mapping):
-                    run.conversation(item, source, tally, who)
-                    report(int((item.get("source") or {}).get("line") or 0))
                 else:
                     raise PluginError(who, "ingest", f"yielded a {type(item).__name__}, not a conversation or Reject")
             report(None, force=True)
+            run.totals.add(tally)
             per_file.append({"path": source.path, "sha256": source.sha256, **tally.as_dict()})
         component = {"name": who, "version": getattr(ingestor, "version", None), "config": dict(config or {})}
     summary = {

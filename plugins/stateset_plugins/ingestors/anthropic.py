@@ -84,7 +84,7 @@ def _call(line: dict[str, Any]) -> Call:
 def _checked(pairs: list[tuple[dict[str, Any], str]]) -> list[dict[str, Any]]:
     """Converted messages, each checked as an OpenAI message, tool results matched to their calls."""
     messages = [normalise_message(m, f) for m, f in pairs]
-    check_tool_results(messages, [f for _, f in pairs], id_field="tool_use_id")
+    check_tool_results(messages, lambda i: pairs[i][1], id_field="tool_use_id")
     return messages
 
 

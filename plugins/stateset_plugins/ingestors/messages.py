@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from stateset_agents import Reject
 from stateset_agents.jsonio import canonical_json
@@ -136,8 +136,57 @@ def normalise_tool_call(call: Any, field: str) -> dict[str, Any]:
     return out
 
 
+# The key sequences of a message already in canonical form: `role` first, then any of the other contract keys in
+# their order, and nothing else.
+_CANONICAL_SHAPES = frozenset(("role", *(k for i, k in enumerate(MESSAGE_KEYS[1:]) if mask >> i & 1))
+                              for mask in range(1 << (len(MESSAGE_KEYS) - 1)))
+_CONTRACT_KEYS = frozenset(MESSAGE_KEYS)
+_PLAIN_CALL = ("id", "type", "function")
+_PLAIN_FUNCTION = ("name", "arguments")
+
+
+def _plain_message(message: dict[str, Any]) -> dict[str, Any] | None:
+    """What `normalise_message` returns for the common case, without building what need not be built: the message
+    itself when it is already canonical, else its contract keys in canonical order. None for anything unusual
+    (content parts, a null `tool_calls`, extra keys, anything invalid): that takes the full path, which also
+    reports errors."""
+    keys = tuple(message)
+    canonical = keys in _CANONICAL_SHAPES
+    if not canonical and not _CONTRACT_KEYS.issuperset(keys):
+        return None
+    role = message.get("role")
+    content = message.get("content")
+    if content.__class__ is not str and (content is not None or role != "assistant"):
+        return None
+    if role == "tool":
+        if message.get("tool_call_id").__class__ is not str:
+            return None
+    elif role not in ROLES:
+        return None
+    name = message.get("name")
+    if name is not None and name.__class__ is not str:
+        return None
+    if "tool_calls" in message:
+        calls = message["tool_calls"]
+        if role != "assistant" or calls.__class__ is not list:
+            return None
+        for call in calls:
+            if call.__class__ is not dict or tuple(call) != _PLAIN_CALL:
+                return None
+            function = call["function"]
+            if (call["id"].__class__ is not str or call["type"].__class__ is not str
+                    or function.__class__ is not dict or tuple(function) != _PLAIN_FUNCTION
+                    or function["name"].__class__ is not str or not function["name"]
+                    or function["arguments"].__class__ is not str):
+                return None
+    return message if canonical else {k: message[k] for k in MESSAGE_KEYS if k in message}
+
+
 def normalise_message(message: Any, field: str) -> dict[str, Any]:
-    """Check one OpenAI-shaped message and return it with canonical key order. Raises LineError."""
+    """Check one OpenAI-shaped message and return it with canonical key order. Raises LineError. A message that
+    is already canonical is returned as it is (the caller owns it: it was parsed from the line)."""
+    if message.__class__ is dict and (plain := _plain_message(message)) is not None:
+        return plain
     expect(message, dict, field, "a message")
     role = message.get("role")
     if role is None:
@@ -182,22 +231,29 @@ def normalise_messages(messages: Any, field: str) -> list[dict[str, Any]]:
     expect(messages, list, field, "messages")
     if not messages:
         raise LineError("no_messages", "the message list is empty", field)
-    return [normalise_message(m, f"{field}[{i}]") for i, m in enumerate(messages)]
+    # The fast path inline, so the field of a message is formatted only for one that needs the full check.
+    out = []
+    for i, m in enumerate(messages):
+        plain = _plain_message(m) if m.__class__ is dict else None
+        out.append(plain if plain is not None else normalise_message(m, f"{field}[{i}]"))
+    return out
 
 
-def check_tool_results(messages: Sequence[Mapping[str, Any]], fields: Sequence[str],
+def check_tool_results(messages: Sequence[Mapping[str, Any]], field_of: Callable[[int], str],
                        id_field: str = "tool_call_id") -> None:
-    """Every tool result must answer a tool call made earlier in the conversation. `fields` locate each message in
-    the log, `id_field` names the log's key for the call id."""
+    """Every tool result must answer a tool call made earlier in the conversation. `field_of(i)` locates message i
+    in the log (asked only to report an error), `id_field` names the log's key for the call id."""
     called: set[str] = set()
-    for message, field in zip(messages, fields):
-        for call in message.get("tool_calls") or ():
-            if isinstance(call.get("id"), str):
-                called.add(call["id"])
+    for i, message in enumerate(messages):
+        calls = message.get("tool_calls")
+        if calls:
+            for call in calls:
+                if isinstance(call.get("id"), str):
+                    called.add(call["id"])
         if message["role"] == "tool" and message["tool_call_id"] not in called:
             raise LineError("orphan_tool_result",
                             f"tool result for call {message['tool_call_id']!r}, which no earlier assistant "
-                            "message made", f"{field}.{id_field}")
+                            "message made", f"{field_of(i)}.{id_field}")
 
 
 def normalise_tools(tools: Any, field: str) -> list[Any]:

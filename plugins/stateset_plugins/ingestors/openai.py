@@ -53,7 +53,7 @@ class OpenAIIngestor(LogIngestor):
 
 def _transcript(raw: Any, field: str, **rest: Any) -> Transcript:
     messages = normalise_messages(raw, field)
-    check_tool_results(messages, [f"{field}[{i}]" for i in range(len(messages))])
+    check_tool_results(messages, lambda i: f"{field}[{i}]")
     return Transcript(messages=messages, **rest)
 
 
@@ -78,7 +78,7 @@ def _call(line: dict[str, Any]) -> Call:
                         f"{_REPLY_FIELD}.role")
     messages = normalise_messages(request.get("messages"), "request.messages")
     check_tool_results([*messages, reply],
-                       [*(f"request.messages[{i}]" for i in range(len(messages))), _REPLY_FIELD])
+                       lambda i: f"request.messages[{i}]" if i < len(messages) else _REPLY_FIELD)
     # Everything about the call but the messages and tools, which the transcript already holds.
     record = call_extras(line)
     record["request"] = {k: v for k, v in request.items() if k not in ("messages", "tools")}
