@@ -1,7 +1,8 @@
-"""Container tests need a Docker daemon and the `plugins` image (`stateset-agents images build plugins`).
+"""Container tests need a Docker daemon and the `plugins` image (`stateset-agents images build plugins`); the
+trainer image's tests need the CPU build of the `trainer` image (`stateset-agents images build trainer --cpu`).
 
-In CI (CI=true) their absence is a failure, never a skip: `.ci/run` starts dockerd and builds the image first.
-Locally they skip, saying what to start or build.
+In CI (CI=true) their absence is a failure, never a skip: `.ci/run` starts dockerd and builds both images first
+(images/ci/prepare). Locally they skip, saying what to start or build.
 """
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import pytest
 
 BUILD_HINT = ("images/ci/docker-up && images/base/build-base && stateset-agents images build plugins "
               "--base stateset-base:bookworm --plugin examples/stateset-reward-politeness")
+TRAINER_HINT = ("images/ci/docker-up && images/base/build-base && stateset-agents images build trainer --cpu "
+                "--base stateset-base:bookworm")
 
 
-def _unavailable(reason: str):
+def _unavailable(reason: str, hint: str = BUILD_HINT):
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"CI must run the container tests: {reason}", pytrace=False)
-    pytest.skip(f"{reason} (to run them: {BUILD_HINT})")
+    pytest.skip(f"{reason} (to run them: {hint})")
 
 
 @pytest.fixture(scope="session")
@@ -42,4 +45,22 @@ def plugins_image(docker_client):
         docker_client.images.get(record["id"])
     except Exception:  # noqa: BLE001 - pruned since it was built
         _unavailable(f"the recorded plugins image {record['id'][:19]} is gone from the daemon")
+    return record
+
+
+@pytest.fixture(scope="session")
+def trainer_image(docker_client):
+    """The recorded `trainer` image, a CPU build (`images build trainer --cpu`), checked to still exist."""
+    from stateset_agents.runtimes.container import images_file, read_images
+
+    record = read_images().get("trainer")
+    if record is None:
+        _unavailable(f"no trainer image is recorded in {images_file()}", TRAINER_HINT)
+    if record.get("device") != "cpu":
+        pytest.skip(f"the recorded trainer image {record['tag']} is a GPU build; these tests run the CPU build "
+                    f"({TRAINER_HINT})")
+    try:
+        docker_client.images.get(record["id"])
+    except Exception:  # noqa: BLE001 - pruned since it was built
+        _unavailable(f"the recorded trainer image {record['id'][:19]} is gone from the daemon", TRAINER_HINT)
     return record

@@ -85,6 +85,31 @@ def test_trainers_request_gpus(records):
     assert "device_requests" not in rt.ContainerLaunch(spec, {}, image="img", gpus=0).options("tok")
 
 
+def test_a_trainer_from_a_cpu_build_asks_for_no_gpu(records):
+    pytest.importorskip("docker")
+    spec = _spec("trainer:grpo")
+    rt.record_image("trainer", {"id": "sha256:cpu", "components": ["trainer:grpo"], "device": "cpu"})
+    launch = rt.ContainerLaunch(spec, {})
+    assert launch.image == "sha256:cpu" and launch.gpus == 0 and "device_requests" not in launch.options("tok")
+    rt.record_image("trainer", {"id": "sha256:gpu", "components": ["trainer:grpo"], "device": "cuda"})
+    assert rt.ContainerLaunch(spec, {}).options("tok")["device_requests"][0]["Count"] == -1
+    rt.record_image("trainer", {"id": "sha256:old", "components": ["trainer:grpo"]})  # a record from before
+    assert rt.ContainerLaunch(spec, {}).gpus == -1
+
+
+def test_the_trainer_stacks_pin_what_vllm_0_33_requires():
+    from stateset_agents.cli.images_cmd import trainer_stack
+
+    gpu = trainer_stack(cpu=False)
+    assert gpu == {"TORCH": "torch==2.14.0", "VLLM": "vllm==0.33.*", "TRANSFORMERS": "transformers>=5.16.1,<5.21",
+                   "TORCH_INDEX_URL": "", "OFFLINE": "0"}
+    cpu = trainer_stack(cpu=True)
+    assert cpu["TORCH"] == "torch==2.13.0+cpu" and cpu["VLLM"] == "" and cpu["OFFLINE"] == "1"
+    assert cpu["TRANSFORMERS"] == gpu["TRANSFORMERS"]  # the CPU test build tests the GPU build's transformers
+    assert trainer_stack(cpu=True, torch="2.13.0", torch_index="https://x/cpu")["TORCH"] == "torch==2.13.0"
+    assert trainer_stack(cpu=True, torch_index="https://x/cpu")["TORCH_INDEX_URL"] == "https://x/cpu"
+
+
 def test_records_pick_the_image_holding_a_component(records):
     assert rt.image_for(_spec("reward:gsm8k")) is None
     with pytest.raises(StatesetError, match="no built image holds reward:gsm8k.*images build plugins"):

@@ -2,9 +2,12 @@
 
 `build ROLE` puts this project's wheel (and third-party plugin wheels, `--plugin`) into a temporary build context
 with the role's Dockerfile. For the offline roles (plugins, river) it adds every dependency's wheel for the base
-image's Python, so the build fetches nothing; the trainer role installs torch and vLLM from the index in
-`Dockerfile.gpu`. The built image is run once to list the components it holds; those go into its labels and into
-the records the container runtime reads (`$STATESET_AGENTS_IMAGES`, else ~/.cache/stateset-agents/images.json).
+image's Python, so the build fetches nothing. The trainer role builds `Dockerfile.gpu` first: by default the GPU
+stack (torch, vLLM, transformers pinned together) from the package index inside the build; with `--cpu`, a CPU
+test build (CPU torch, no vLLM) whose every wheel, torch's included, is collected on the host (`--find-links` for a
+local wheel directory), so that build fetches nothing either. The built image is run once to list the components
+it holds; those go into its labels and into the records the container runtime reads (`$STATESET_AGENTS_IMAGES`,
+else ~/.cache/stateset-agents/images.json).
 """
 from __future__ import annotations
 
@@ -30,9 +33,17 @@ app.add_typer(images_app, name="images")
 ROLES: dict[str, dict[str, Any]] = {
     "plugins": {"dockerfile": "images/plugins/Dockerfile", "base": "python:3.12-slim",
                 "kinds": ("ingestor", "reward", "evaluator"), "offline": True},
-    "trainer": {"dockerfile": "images/trainer/Dockerfile", "base": "nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04",
+    "trainer": {"dockerfile": "images/trainer/Dockerfile", "base": "nvidia/cuda:13.0.0-base-ubuntu24.04",
                 "gpu_base": "Dockerfile.gpu", "kinds": ("trainer", "reward", "evaluator"), "offline": False},
     "river": {"dockerfile": "images/river/Dockerfile", "base": "python:3.13-slim", "kinds": None, "offline": True},
+}
+#: The trainer base's stacks (Dockerfile.gpu's build arguments). GPU: what vLLM 0.33.0 requires (torch==2.14.0,
+#: transformers>=5.16.1,<5.21; PyPI's torch 2.14.0 is the CUDA 13.0 build), installed from the index in the build.
+#: CPU (`--cpu`, for tests): the CPU torch wheel the project's setup installs, no vLLM, the same transformers range,
+#: every wheel collected on the host.
+TRAINER_STACKS: dict[str, dict[str, str]] = {
+    "cuda": {"TORCH": "torch==2.14.0", "VLLM": "vllm==0.33.*", "TRANSFORMERS": "transformers>=5.16.1,<5.21"},
+    "cpu": {"TORCH": "torch==2.13.0+cpu", "VLLM": "", "TRANSFORMERS": "transformers>=5.16.1,<5.21"},
 }
 CACHE_ENV = "STATESET_AGENTS_WHEEL_CACHE"
 
@@ -93,10 +104,13 @@ def _platforms(info: dict[str, str]) -> list[str]:
 
 
 def collect_wheels(dest: Path, root: Path, plugins: list[Path], info: dict[str, str] | None, *,
-                   log: Callable[[str], None]) -> list[str]:
+                   log: Callable[[str], None], extras: str = "", pins: list[str] = (), deps: Path | None = None,
+                   find_links: list[Path] = (), extra_index: str | None = None) -> list[str]:
     """Wheels for the context: this project's, the plugins', and (when `info` names the image's Python) every
-    dependency's. Dependencies come from a local cache first, so a rebuild works offline. Returns the wheels to
-    install by name (requirements.txt)."""
+    dependency's, into `deps` (default: `dest`). The project's requirements are taken with `extras` (e.g.
+    "[train]") and `pins` (requirements that must hold too, e.g. "torch==2.13.0+cpu"); `find_links` are local
+    wheel directories to look in, `extra_index` one more package index. Dependencies come from a local cache
+    first, so a rebuild works offline. Returns the wheels in `dest` to install by name (requirements.txt)."""
     dest.mkdir(parents=True)
     _pip(["wheel", "--no-deps", "-q", "-w", str(dest), str(root)], "building this project's wheel")
     for plugin in plugins:
@@ -106,24 +120,41 @@ def collect_wheels(dest: Path, root: Path, plugins: list[Path], info: dict[str, 
             _pip(["wheel", "--no-deps", "-q", "-w", str(dest), str(plugin)], f"building a wheel from {plugin}")
     direct = sorted(p.name for p in dest.glob("*.whl"))
     if info is not None:
+        deps = deps or dest
+        deps.mkdir(parents=True, exist_ok=True)
         cache = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "stateset-agents" / "wheels")
         cache.mkdir(parents=True, exist_ok=True)
         target = ["--only-binary=:all:", "--implementation", "cp", "--python-version", info["python"]]
         for tag in _platforms(info):
             target += ["--platform", tag]
-        reqs = [str(dest / name) for name in direct]
-        base = ["download", "-q", "-d", str(dest), "--find-links", str(dest), *target, *reqs]
+        reqs = [str(dest / name) + (extras if name.startswith("stateset_agents-") else "") for name in direct]
+        links = [arg for d in find_links for arg in ("--find-links", str(Path(d).resolve()))]
+        links += ["--extra-index-url", extra_index] if extra_index else []
+        base = ["download", "-q", "-d", str(deps), "--find-links", str(dest), *links, *target, *reqs, *pins]
         try:
             _pip([*base, "--no-index", "--find-links", str(cache)], "collecting dependency wheels offline")
             log(f"dependencies for Python {info['python']} from the wheel cache {cache}")
         except Exception:  # noqa: BLE001 - something is not cached yet: fetch it, then remember it
             _pip(base, f"downloading dependency wheels for Python {info['python']}")
-            for wheel in dest.glob("*.whl"):
+            for wheel in deps.glob("*.whl"):
                 if wheel.name not in direct and not (cache / wheel.name).exists():
                     shutil.copy2(wheel, cache)
             log(f"dependencies for Python {info['python']} downloaded (now cached in {cache})")
+        if deps != dest:  # pip download copies the direct wheels there too: they belong to `dest` alone
+            for name in direct:
+                (deps / name).unlink(missing_ok=True)
     (dest / "requirements.txt").write_text("".join(f"/tmp/wheels/{name}\n" for name in direct))
     return direct
+
+
+def trainer_stack(cpu: bool, torch: str | None = None, torch_index: str | None = None) -> dict[str, str]:
+    """Dockerfile.gpu's build arguments for the trainer base: the GPU or CPU stack, torch overridable."""
+    args = dict(TRAINER_STACKS["cpu" if cpu else "cuda"])
+    if torch:
+        args["TORCH"] = torch if torch.startswith("torch") else f"torch=={torch}"
+    args["TORCH_INDEX_URL"] = torch_index or ""
+    args["OFFLINE"] = "1" if cpu else "0"
+    return args
 
 
 def _docker_build(client, *, log: Callable[[str], None], **kwargs) -> str:
@@ -155,47 +186,86 @@ def _components(client, image: str, role: str) -> list[str]:
 
 
 def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (), tag: str | None = None,
-                project: Path | None = None, log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-    """Build ROLE's image, label it with the components inside, record it; return the record."""
+                project: Path | None = None, log: Callable[[str], None] = lambda s: None, cpu: bool = False,
+                torch: str | None = None, torch_index: str | None = None,
+                find_links: list[Path] = ()) -> dict[str, Any]:
+    """Build ROLE's image, label it with the components inside, record it; return the record. `cpu`, `torch`,
+    `torch_index` choose the trainer base's stack (`trainer_stack`); `find_links` are local wheel directories."""
     from .._version import __version__
     from ..contracts import CONTRACT_VERSIONS
+    from ..errors import StatesetError
     from ..runtimes.container import LABEL, docker_client, read_images, record_image
 
     if role not in ROLES:
         raise typer.BadParameter(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
     spec = ROLES[role]
+    if "gpu_base" not in spec and (cpu or torch or torch_index):
+        raise StatesetError(f"--cpu, --torch and --torch-index choose the trainer's torch; the {role} role has none")
     root = project_root(project)
     client = docker_client()
+    if cpu and not base:
+        raise StatesetError("--cpu needs --base: an image with python3 (3.11+) and its venv module, e.g. the local "
+                            "stateset-base:bookworm (images/base/build-base)")
     base = base or spec["base"]
-    tag = tag or f"stateset-agents-{role}:{__version__}"
+    device = "cpu" if cpu else "cuda"
+    tag = tag or f"stateset-agents-{role}:{__version__}" + ("-cpu" if cpu else "")
     contracts = ",".join(str(v) for v in CONTRACT_VERSIONS)
     started = time.monotonic()
+    extra: dict[str, Any] = {}
+    role_args: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix=f"stateset-image-{role}-") as tmp:
         ctx = Path(tmp)
-        if "gpu_base" in spec:  # the CUDA base first, from the project's wheel alone
-            log(f"building the CUDA base from {spec['gpu_base']} on {base}")
-            collect_wheels(ctx / "gpu" / "wheels", root, [], None, log=log)
-            shutil.copy2(root / spec["gpu_base"], ctx / "gpu" / "Dockerfile")
-            base = _docker_build(client, path=str(ctx / "gpu"), tag=f"stateset-agents-gpu:{__version__}",
-                                 buildargs={"BASE_IMAGE": base, "VERSION": __version__}, log=log)
-            wheels = collect_wheels(ctx / "role" / "wheels", root, list(plugins), None, log=log)
+        if "gpu_base" in spec:  # the trainer base first (Dockerfile.gpu), from the project's wheel alone
+            stack = trainer_stack(cpu, torch, torch_index)
+            gpu = ctx / "gpu"
+            info = None
+            if cpu:  # every wheel on the host, for the base image's Python: the build fetches nothing
+                info = _image_python(client, base)
+                log(f"base {base}: Python {info['python']}, {info['machine']}, glibc {info['glibc']}")
+            pins = [stack["TORCH"], stack["TRANSFORMERS"]] + ([stack["VLLM"]] if stack["VLLM"] else [])
+            collect_wheels(gpu / "wheels", root, [], info, log=log, extras="[train]", pins=pins, deps=gpu / "deps",
+                           find_links=list(find_links), extra_index=torch_index)
+            (gpu / "deps").mkdir(exist_ok=True)
+            (gpu / "deps" / "requirements.txt").write_text(
+                "".join(f"/tmp/deps/{w.name}\n" for w in sorted((gpu / "deps").glob("*.whl"))))
+            shutil.copy2(root / spec["gpu_base"], gpu / "Dockerfile")
+            base_tag = (f"stateset-agents-trainer-base:{__version__}-cpu" if cpu
+                        else f"stateset-agents-gpu:{__version__}")
+            log(f"building the trainer base from {spec['gpu_base']} on {base} ({stack['TORCH']}"
+                f"{', ' + stack['VLLM'] if stack['VLLM'] else ', no vLLM'}, {stack['TRANSFORMERS']})")
+            base = _docker_build(client, path=str(gpu), tag=base_tag, log=log,
+                                 buildargs={"BASE_IMAGE": base, "VERSION": __version__, **stack})
+            role_dir = ctx / "role" / "wheels"
+            role_dir.mkdir(parents=True)
             # The kernel is in the base already; only third-party plugins remain to install.
-            (ctx / "role" / "wheels" / "requirements.txt").write_text(
-                "".join(f"/tmp/wheels/{w}\n" for w in wheels if not w.startswith("stateset_agents-")))
+            for plugin in plugins:
+                if plugin.is_file() and plugin.suffix == ".whl":
+                    shutil.copy2(plugin, role_dir)
+                else:
+                    _pip(["wheel", "--no-deps", "-q", "-w", str(role_dir), str(plugin)],
+                         f"building a wheel from {plugin}")
+            wheels = sorted(p.name for p in role_dir.glob("*.whl"))
+            (role_dir / "requirements.txt").write_text("".join(f"/tmp/wheels/{w}\n" for w in wheels))
+            role_args = {"OFFLINE": stack["OFFLINE"], "DEVICE": device}
+            extra = {"device": device, "torch": stack["TORCH"], "vllm": stack["VLLM"] or None,
+                     "transformers": stack["TRANSFORMERS"], "trainer_base": base}
         else:
             info = _image_python(client, base)
             log(f"base {base}: Python {info['python']}, {info['machine']}, glibc {info['glibc']}")
-            collect_wheels(ctx / "role" / "wheels", root, list(plugins), info, log=log)
+            collect_wheels(ctx / "role" / "wheels", root, list(plugins), info, log=log, find_links=list(find_links))
         shutil.copy2(root / spec["dockerfile"], ctx / "role" / "Dockerfile")
         built = _docker_build(client, path=str(ctx / "role"), buildargs={
-            "BASE_IMAGE": base, "VERSION": __version__, "CONTRACT_VERSIONS": contracts}, log=log)
+            "BASE_IMAGE": base, "VERSION": __version__, "CONTRACT_VERSIONS": contracts, **role_args}, log=log)
     components = _components(client, built, role)
     # Labels are fixed at build time, and the components are known only now: one more (metadata-only) build.
     image_id = _docker_build(client, fileobj=io.BytesIO(f"FROM {built}\n".encode()), tag=tag, log=log,
                              labels={f"{LABEL}.components": ",".join(components)})
     record = {"role": role, "tag": tag, "id": image_id, "components": components, "version": __version__,
               "contract_versions": list(CONTRACT_VERSIONS), "base_image": base, "built_at": int(time.time()),
-              "build_seconds": round(time.monotonic() - started, 1)}
+              "build_seconds": round(time.monotonic() - started, 1), **extra}
+    size = client.images.get(image_id).attrs.get("Size")
+    if size:
+        record["size_bytes"] = size
     previous = read_images().get(role, {}).get("id")
     record["records"] = str(record_image(role, record))
     if previous and previous != image_id:  # the replaced image: rebuilds on one machine must not pile up
@@ -214,14 +284,24 @@ def build_cmd(
                                                           "to build one from (repeatable)."),
     tag: Optional[str] = typer.Option(None, "--tag", help="Image tag (default stateset-agents-ROLE:VERSION)."),
     project: Optional[Path] = typer.Option(None, "--project", help="The stateset-agents checkout to build from."),
+    cpu: bool = typer.Option(False, "--cpu", help="trainer: a CPU build for tests (CPU torch, no vLLM, every wheel "
+                                                  "collected on the host; needs --base)."),
+    torch: Optional[str] = typer.Option(None, "--torch", help="trainer: the torch requirement (default "
+                                        "torch==2.14.0, with --cpu torch==2.13.0+cpu)."),
+    torch_index: Optional[str] = typer.Option(None, "--torch-index", help="trainer: an extra package index for "
+                                              "torch (e.g. https://download.pytorch.org/whl/cpu with --cpu)."),
+    find_links: list[Path] = typer.Option([], "--find-links", help="A local directory of wheels to take "
+                                          "dependencies from (e.g. a CPU torch wheel; repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide the build output."),
 ):
     """Build ROLE's image with the docker SDK and record its id and components for the container runtime."""
-    record = build_image(role, base=base, plugins=plugin, tag=tag, project=project,
+    record = build_image(role, base=base, plugins=plugin, tag=tag, project=project, cpu=cpu, torch=torch,
+                         torch_index=torch_index, find_links=find_links,
                          log=(lambda s: None) if quiet else (lambda s: err_console.print(s, highlight=False,
                                                                                        markup=False)))
+    size = f", {record['size_bytes'] / 2**30:.2f} GiB" if record.get("size_bytes") else ""
     console.print(f"built [bold]{record['tag']}[/] ({record['id'][:19]}) in {record['build_seconds']}s with "
-                  f"{len(record['components'])} components; recorded in {record['records']}", highlight=False)
+                  f"{len(record['components'])} components{size}; recorded in {record['records']}", highlight=False)
 
 
 @images_app.command("list")

@@ -5,7 +5,8 @@ checks, the same `Connection` and proxies, so every wire failure is the same `Pl
 
 * the image comes from the records `stateset-agents images build` writes (`images_file()`), by the components it holds;
 * the container runs as the invoking user, with its token in the environment, its fixed port published on a
-  loopback port of the host (the handshake address is rewritten to that side), GPUs requested for trainers;
+  loopback port of the host (the handshake address is rewritten to that side), GPUs requested for trainers
+  (not when the recorded trainer image is a CPU build);
 * the kernel holds the container's stdin through an attach socket: if the kernel dies, the daemon closes that
   stdin and `plugin serve` exits at EOF. Containers carry labels (run id, kernel pid and start time), and
   `reap_orphans` removes those whose kernel is gone (run on every launch);
@@ -317,13 +318,16 @@ class ContainerLaunch:
                  paths: PathMap | None = None, run_id: str | None = None, gpus: int | None = None,
                  handshake_timeout: float | None = None, argv: list[str] | None = None):
         self.spec, self.config = spec, config
+        self.record: dict[str, Any] = {}
         self.image = image or self._recorded_image()
         if paths is None:
             artifacts = artifacts_dir or os.environ.get(ARTIFACTS_ENV)
             paths = PathMap.for_run(artifacts, mounts)
         self.paths = paths
         self.run_id = run_id or os.environ.get("STATESET_RUN_ID") or uuid.uuid4().hex
-        self.gpus = gpus if gpus is not None else (-1 if spec.kind == "trainer" else 0)
+        if gpus is None:  # trainers get every GPU, unless their recorded image is a CPU build (`images build --cpu`)
+            gpus = -1 if spec.kind == "trainer" and self.record.get("device", "cuda") != "cpu" else 0
+        self.gpus = gpus
         self.handshake_timeout, self.argv = handshake_timeout, argv
         self.container = None
         self._stdin = None
@@ -334,6 +338,7 @@ class ContainerLaunch:
         if found is None:
             raise StatesetError(f"no built image holds {self.spec.full_name} (records: {images_file()}); build one "
                                 f"with `stateset-agents images build plugins` (or trainer, river)")
+        self.record = found[1]
         return found[1]["id"]
 
     def options(self, token: str) -> dict[str, Any]:
