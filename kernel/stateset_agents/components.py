@@ -132,16 +132,20 @@ class Reward(Component):
         rows: list[dict[str, Any]] = []
         for item in items:
             conv = item.conversation
-            turns = assistant_turns(conv) if item.turns is None else list(item.turns)
-            messages = conv.get("messages") or ()
-            for t in turns:
-                if not (0 <= t < len(messages)) or messages[t].get("role") != "assistant":
-                    raise InputError(f"turn {t} of conversation {conv.get('id')!r} is not an assistant message",
-                                     field="turn_index")
+            if item.turns is None:
+                turns = assistant_turns(conv)  # assistant turns by construction: nothing to check
+            else:
+                turns = list(item.turns)
+                messages = conv.get("messages") or ()
+                for t in turns:
+                    if not (0 <= t < len(messages)) or messages[t].get("role") != "assistant":
+                        raise InputError(f"turn {t} of conversation {conv.get('id')!r} is not an assistant message",
+                                         field="turn_index")
             grades = self.grade_conversation(conv, turns)
             if len(grades) != len(turns):
                 raise ValueError(f"{who} graded {len(grades)} of the {len(turns)} turns asked")
-            rows.extend(make_grade_row(conv, t, g, identity, who) for t, g in zip(turns, grades))
+            cid = str(conv.get("id", ""))
+            rows.extend([make_grade_row(cid, t, g, identity, who) for t, g in zip(turns, grades)])
         return rows
 
     def grade_conversation(self, conversation: Mapping[str, Any], turns: Sequence[int]) -> list[TurnGrade]:
@@ -156,12 +160,12 @@ class Reward(Component):
             yield self.grade(batch)
 
 
-def make_grade_row(conv: Mapping[str, Any], turn: int, g: TurnGrade, identity: dict, who: str) -> dict[str, Any]:
+def make_grade_row(cid: str, turn: int, g: TurnGrade, identity: dict, who: str) -> dict[str, Any]:
     score = float(g.score)
     if not (0.0 <= score <= 1.0) or score != score:
         raise ValueError(f"{who} returned score {g.score!r} for turn {turn}; scores must lie in [0, 1]")
     return {
-        "conversation_id": str(conv.get("id", "")),
+        "conversation_id": cid,
         "turn_index": turn,
         "score": score,
         "applicable": bool(g.applicable),

@@ -61,9 +61,17 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, raw line without newline) for a .jsonl or .jsonl.gz file; blank lines skipped."""
     with open_maybe_gz(path) as f:
         for number, raw in enumerate(f, start=1):
-            raw = raw.rstrip(b"\r\n")
-            if raw.strip():
-                yield number, raw
+            if not raw.isspace():  # a blank line is all whitespace (a line read is never empty)
+                yield number, raw.rstrip(b"\r\n")
+
+
+def _json_error(line: bytes) -> str:
+    """orjson's message for an invalid line without its newline (the positions it names count from there)."""
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        return str(exc)
+    return "invalid line"  # unreachable: JSON that parses without its newline parses with it
 
 
 def read_jsonl(path: str | os.PathLike, *, display: str | None = None) -> Iterator[tuple[int, Any]]:
@@ -71,11 +79,16 @@ def read_jsonl(path: str | os.PathLike, *, display: str | None = None) -> Iterat
     shown = display or str(path)
     if not Path(path).exists():
         raise InputError("file not found", path=shown)
-    for number, raw in iter_lines(path):
-        try:
-            yield number, orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON: {exc}", path=shown, line=number) from None
+    with open_maybe_gz(path) as f:
+        for number, raw in enumerate(f, start=1):
+            if raw.isspace():
+                continue
+            try:  # the line as read: its newline is JSON whitespace, so it need not be copied off first
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                error = _json_error(raw.rstrip(b"\r\n"))
+                raise InputError(f"invalid JSON: {error}", path=shown, line=number) from None
+            yield number, obj
 
 
 def load_json(path: str | os.PathLike) -> Any:
