@@ -1,15 +1,29 @@
 """A stand-in for the parts of vLLM the rollout adapter calls (`LLM`, `SamplingParams`, `LoRARequest`), for CPU
 tests: vLLM does not install without a GPU. `LLM.generate` samples with transformers from the base model on disk
 plus the adapter at the `LoRARequest`'s path, and answers with objects shaped like vLLM's `RequestOutput`s, so the
-adapter swap is checked on real weights: a stale adapter would show up as a log-prob mismatch."""
+adapter swap is checked on real weights: a stale adapter would show up as a log-prob mismatch.
+
+It refuses what the pinned vLLM would: names and values are checked against `tests/fixtures/vllm/vllm_api.json`
+(extracted from vLLM 0.33.0's source), so a test that drives the adapter through it also checks the adapter's
+arguments against the real signatures."""
 from __future__ import annotations
 
+import json
 import sys
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+
+API = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "vllm_api.json").read_text())
+
+
+def _check_names(what: str, given, allowed) -> None:
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:  # vLLM raises TypeError here too (unexpected keyword argument)
+        raise TypeError(f"{what} got unexpected keyword arguments {unknown} (not in vLLM {API['vllm_version']})")
 
 
 @dataclass
@@ -18,9 +32,15 @@ class LoRARequest:
     lora_int_id: int
     lora_path: str = ""
 
+    def __post_init__(self):  # as vLLM's
+        if self.lora_int_id < 1:
+            raise ValueError(f"id must be > 0, got {self.lora_int_id}")
+        assert self.lora_path, "lora_path cannot be empty"
+
 
 class SamplingParams:
     def __init__(self, **kwargs):
+        _check_names("SamplingParams", kwargs, API["SamplingParams"])
         self.kwargs = kwargs
         for k, v in kwargs.items():
             setattr(self, k, v)
@@ -48,6 +68,12 @@ class LLM:
     def __init__(self, **kwargs):
         from transformers import AutoModelForCausalLM
 
+        init = API["LLM.__init__"]
+        _check_names("LLM", kwargs, init["positional"] + init["keyword_only"] + API["EngineArgs"])
+        if kwargs.get("logprobs_mode", "raw_logprobs") not in API["LogprobsMode"]:
+            raise ValueError(f"logprobs_mode {kwargs['logprobs_mode']!r} is not one of {API['LogprobsMode']}")
+        if kwargs.get("max_lora_rank", 16) not in API["MaxLoRARanks"]:
+            raise ValueError(f"max_lora_rank {kwargs['max_lora_rank']} is not one of {API['MaxLoRARanks']}")
         self.kwargs = kwargs
         self.calls: list[tuple[int, LoRARequest | None, SamplingParams]] = []
         self.llm_engine = _Engine()
@@ -68,7 +94,10 @@ class LLM:
         return self._loaded[lora.lora_int_id]
 
     @torch.no_grad()
-    def generate(self, prompts, params: SamplingParams, lora_request=None, use_tqdm=True):
+    def generate(self, prompts, sampling_params: SamplingParams | None = None, *, use_tqdm=True, lora_request=None):
+        params = sampling_params
+        for prompt in prompts:
+            _check_names("TokensPrompt", prompt, API["TokensPrompt"])
         self.calls.append((len(prompts), lora_request, params))
         model = self._model(lora_request)
         stops = set(params.stop_token_ids)

@@ -11,6 +11,13 @@ the truncated importance weight min(exp(logp_trainer - logp_vllm), C) (TIS); the
 
 `to_generations` reads real vLLM ``RequestOutput`` objects or recorded JSON with the same fields (duck typing): the
 CPU tests use recordings, since vLLM does not install without a GPU.
+
+Every vLLM name used here (``LLM`` and engine arguments, ``SamplingParams`` fields, ``LoRARequest``,
+``LLM.generate``'s keywords, ``llm_engine.remove_lora``, the ``RequestOutput`` / ``CompletionOutput`` / ``Logprob``
+attributes, the finish reasons) was checked against the source of vLLM 0.33.0, the version the trainer image pins:
+``tests/fixtures/vllm/vllm_api.json`` holds them as extracted from that wheel, and ``tests/gpu/test_vllm_api.py``
+fails when the adapter, the stand-in or the recorded fixtures use a name that source lacks. Checked, not run: no
+test here runs a real vLLM engine.
 """
 from __future__ import annotations
 
@@ -29,8 +36,8 @@ from stateset_agents.errors import ComponentUnavailable
 from .rollout import IntegrityError
 
 INSTALL = "pip install 'stateset-agents[vllm]'"
-MIN_VERSION = (0, 10)  # the first release with logprobs_mode="processed_logprobs"
-LORA_RANKS = (8, 16, 32, 64, 128, 256, 512)  # max_lora_rank values vLLM accepts
+MIN_VERSION = (0, 10)  # the first release with logprobs_mode="processed_logprobs"; names checked against 0.33.0
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # max_lora_rank values vLLM 0.33 accepts (MaxLoRARanks)
 _MISSING = object()
 
 
@@ -179,10 +186,13 @@ class VLLMRollout:
         self.adapters = AdapterVersions(root, save_adapter, request_cls)
         self.sampled_version: int | None = None  # the policy version of the last adapter rollout
         self._llm = None
+        self.engine_args()  # an unservable configuration (a LoRA rank vLLM lacks) is refused now, not mid-run
 
     def engine_args(self) -> dict[str, Any]:
         cfg = self.config
-        rank = next((r for r in LORA_RANKS if r >= cfg.lora_r), cfg.lora_r)
+        rank = next((r for r in LORA_RANKS if r >= cfg.lora_r), None)
+        if rank is None:
+            raise ValueError(f"rollout_engine 'vllm' serves LoRA ranks up to {LORA_RANKS[-1]}; lora_r is {cfg.lora_r}")
         args = {"gpu_memory_utilization": 0.5, "seed": cfg.seed, "dtype": "auto", **dict(cfg.vllm_engine_args)}
         # what the behaviour log-probs and the adapter swap rely on; not overridable
         args.update(model=self.model_path, tokenizer=self.tokenizer_path, enable_lora=True, max_loras=1,
