@@ -110,6 +110,20 @@ def decode_curated(row: Mapping[str, Any]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ the rows
 
 
+_last_tools: tuple[bytes, bytes] = (b"[]", b'"[]"')
+
+
+def _tools_text(tools_json: bytes) -> bytes:
+    """The tools' JSON as a JSON string. Consecutive conversations of a log mostly declare the same tools, so the
+    last answer is kept (one tuple, replaced whole: safe across threads)."""
+    global _last_tools
+    known, text = _last_tools
+    if tools_json != known:
+        text = dumps(tools_json.decode())
+        _last_tools = (tools_json, text)
+    return text
+
+
 class Conversation:
     """One input conversation, with its rows' pieces (each message's JSON, tools, metadata, lineage) built once,
     on first use."""
@@ -139,7 +153,7 @@ class Conversation:
         # Arrow cannot hold arbitrary JSON (tool schemas, metadata) in one column type; TRL parses `tools` text.
         self._tools = dumps(self.data.get("tools") or [])
         self._metadata = dumps(self.data.get("metadata") or {})
-        self._tools_text, self._metadata_text = dumps(self._tools.decode()), dumps(self._metadata.decode())
+        self._tools_text, self._metadata_text = _tools_text(self._tools), dumps(self._metadata.decode())
         src = self.data.get("source") or {}
         line = src.get("line")
         lineage = {"conversation_id": self.data["id"], "source_path": str(src.get("path") or source_path),

@@ -15,9 +15,10 @@ import hashlib
 import os
 import time
 from collections import Counter
+from collections.abc import Mapping  # typing's alias makes every isinstance check several times slower
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Mapping
+from typing import IO, Any, Callable
 
 from ..components import Reject, Source
 from ..errors import InputError, PluginError
@@ -114,7 +115,7 @@ class _Ingest:
         if not isinstance(messages, list) or not messages:
             raise PluginError(who, "ingest", f"yielded a conversation without messages from {source.path}")
         logged = conv.get("source")
-        if not isinstance(logged, Mapping):
+        if not isinstance(logged, dict) and not isinstance(logged, Mapping):
             logged = {}
         line = int(logged.get("line") or 0)
         # Path and sha256 are the kernel's to say; the line (and any extra, like a stitched call's lines) the plugin's.

@@ -261,8 +261,9 @@ def normalise_tools(tools: Any, field: str) -> list[Any]:
     if tools is None:
         return []
     expect(tools, list, field, "tools")
-    for i, tool in enumerate(tools):
-        expect(tool, dict, f"{field}[{i}]", "a tool schema")
+    if not all(tool.__class__ is dict for tool in tools):  # the common case without a field name per tool
+        for i, tool in enumerate(tools):
+            expect(tool, dict, f"{field}[{i}]", "a tool schema")
     return list(tools)
 
 
