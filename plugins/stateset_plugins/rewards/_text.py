@@ -61,14 +61,21 @@ def parse_json_maybe(text: str) -> Any:
         return text
 
 
-def tool_result(messages: Sequence[Mapping[str, Any]], call_id: Any, start: int) -> Mapping[str, Any] | None:
-    """The tool message answering `call_id`, searched from `start` up to the next assistant turn."""
-    for message in messages[start:]:
+def tool_result_index(messages: Sequence[Mapping[str, Any]], call_id: Any, start: int) -> int | None:
+    """The index of the tool message answering `call_id`, searched from `start` up to the next assistant turn."""
+    for index in range(start, len(messages)):
+        message = messages[index]
         if message.get("role") == "assistant":
             return None
         if message.get("role") == "tool" and message.get("tool_call_id") == call_id:
-            return message
+            return index
     return None
+
+
+def tool_result(messages: Sequence[Mapping[str, Any]], call_id: Any, start: int) -> Mapping[str, Any] | None:
+    """The tool message answering `call_id`, searched from `start` up to the next assistant turn."""
+    index = tool_result_index(messages, call_id, start)
+    return None if index is None else messages[index]
 
 
 _ERROR_WORD = re.compile(r"(?i)error\b")
@@ -131,7 +138,10 @@ class Phrases:
             return False
         if self._screen is None or not text.isascii():
             return True
-        return not self._screen.isdisjoint(word_set(text) if words is None else words)
+        if words is None:  # one question about this text: substring tests beat tokenising it
+            lowered = text.lower()
+            return any(map(lowered.__contains__, self._screen))
+        return not self._screen.isdisjoint(words)
 
     def search(self, text: str, words: frozenset[str] | None = None) -> bool:
         """Does any phrase occur? `words`: the text's `word_set`, when the caller keeps it."""

@@ -8,6 +8,7 @@ in the turn is kept or broken, and the score is the kept share (by weight). The 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from typing import Any, Callable, Mapping, Sequence
 
 from stateset_agents import Reward, TurnGrade
@@ -15,8 +16,8 @@ from stateset_agents import Reward, TurnGrade
 from stateset_agents.errors import InputError
 
 from ._text import (find_phrases, has_phrase, is_error_result, message_text, parse_arguments, parse_json_maybe,
-                    tool_calls, tool_result)
-from .policy_language import UNKNOWN, Evaluator, flatten, load_policy, matches
+                    phrases, tool_calls, tool_result_index)
+from .policy_language import UNKNOWN, Evaluator, flatten, load_policy, matches, with_builtins
 
 
 class NSRReward(Reward):
@@ -45,15 +46,35 @@ class NSRReward(Reward):
         super().__init__(config)
         self.policy = policy
 
+        self._rules_by_call: dict[str, list[dict[str, Any]]] = {}
+
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
-        messages = conversation.get("messages") or []
-        turn = messages[turn_index]
-        context = _Context(self.policy, messages, turn_index)
+        context = _Context(self.policy, _Conversation(conversation.get("messages") or []))
+        return self._grade(context.at(turn_index))
+
+    def grade_conversation(self, conversation: Mapping[str, Any], turns) -> list[TurnGrade]:
+        # texts, calls, results and the context's functions: derived once for all the conversation's turns
+        context = _Context(self.policy, _Conversation(conversation.get("messages") or []))
+        return [self._grade(context.at(t)) for t in turns]
+
+    def _rules_for(self, decision: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The rules a decision triggers. Which rules a call can trigger depends only on its tool name, and which a
+        turn or refusal can, on its kind (a refusal's `mentions` still read its text), so the candidates are kept."""
+        key = decision["call"] if decision["kind"] == "call" else "\0" + decision["kind"]
+        rules = self._rules_by_call.get(key)
+        if rules is None:
+            rules = self._rules_by_call[key] = [r for r in self.policy["rules"]
+                                                if r["decision"]["kind"] in _KINDS_FOR[decision["kind"]]
+                                                and (decision["kind"] != "call"
+                                                     or _triggers(r["decision"], decision, self.policy))]
+        if decision["kind"] == "refusal":
+            return [r for r in rules if _triggers(r["decision"], decision, self.policy)]
+        return rules
+
+    def _grade(self, context: "_Context") -> TurnGrade:
         verdicts: list[dict[str, Any]] = []
-        for decision in context.decisions(turn):
-            for rule in self.policy["rules"]:
-                if not _triggers(rule["decision"], decision, self.policy):
-                    continue
+        for decision in context.decisions():
+            for rule in self._rules_for(decision):
                 verdict = context.judge(rule, decision)
                 if verdict == "kept" and rule["counts"] == "when_broken":
                     verdict = None  # keeping a standing prohibition is no evidence of a good decision
@@ -81,6 +102,10 @@ def _reason(verdicts: Sequence[Mapping[str, Any]]) -> str:
     return "kept " + ", ".join(dict.fromkeys(v["rule"] for v in verdicts))
 
 
+#: The rule kinds (`decision:`) that can trigger on each kind of decision.
+_KINDS_FOR = {"turn": ("turn",), "refusal": ("refusal",), "call": ("tool_call", "write", "handoff", "call")}
+
+
 def _triggers(on: Mapping[str, Any], decision: Mapping[str, Any], policy: Mapping[str, Any]) -> bool:
     kind = on["kind"]
     if kind == "turn":
@@ -104,35 +129,90 @@ def _expand(phrases: Sequence[Any], words: Mapping[str, Sequence[str]]) -> tuple
     return tuple(out)
 
 
-class _Context:
-    """Facts visible at one assistant turn: the prefix only (plus, for calls, whether they errored)."""
+class _Conversation:
+    """One conversation's messages with what judging reads from them (texts, word sets, tool calls with parsed
+    arguments, parsed tool results), each derived on first use and kept for the conversation's other turns."""
 
-    def __init__(self, policy: Mapping[str, Any], messages: Sequence[Mapping[str, Any]], turn_index: int):
-        self.policy = policy
+    __slots__ = ("messages", "by_role", "_texts", "_words", "_calls", "_results")
+
+    def __init__(self, messages: Sequence[Mapping[str, Any]]):
         self.messages = messages
-        self.turn_index = turn_index
-        self.prefix = messages[:turn_index]
+        self.by_role: dict[str, list[int]] = {"user": [], "assistant": [], "tool": []}
+        for index, message in enumerate(messages):
+            indices = self.by_role.get(message.get("role"))
+            if indices is not None:
+                indices.append(index)
+        self._texts: dict[int, str] = {}
+        self._words: dict[int, frozenset[str]] = {}
+        self._calls: dict[int, list[tuple[dict[str, Any], Any]]] = {}
+        self._results: dict[int, Any] = {}
+
+    def text(self, index: int) -> str:
+        text = self._texts.get(index)
+        if text is None:
+            text = self._texts[index] = message_text(self.messages[index])
+        return text
+
+    def says(self, index: int, words: tuple[str, ...]) -> bool:
+        """Does message `index` contain one of the phrases (word-bounded, case-insensitive)?"""
+        return phrases(words).search(self.text(index))
+
+    def calls(self, index: int) -> list[tuple[dict[str, Any], Any]]:
+        """(call, parsed arguments or None) for each tool call of message `index`."""
+        calls = self._calls.get(index)
+        if calls is None:
+            calls = self._calls[index] = [(call, parse_arguments(call["arguments"])[0])
+                                          for call in tool_calls(self.messages[index])]
+        return calls
+
+    def result(self, index: int) -> Any:
+        """The parsed content of tool message `index` (JSON as data, else the text)."""
+        if index not in self._results:
+            self._results[index] = parse_json_maybe(self.text(index))
+        return self._results[index]
+
+
+class _Context:
+    """Facts visible at one assistant turn (`at`): the prefix only (plus, for calls, whether they errored). One
+    context serves a conversation's turns in turn, so its function table is built once."""
+
+    def __init__(self, policy: Mapping[str, Any], seen: _Conversation):
+        self.policy = policy
+        self.seen = seen
+        self.messages = seen.messages
         self.words = policy["words"]
+        self.functions = self._functions()
+        self.decision: Mapping[str, Any] = {}
+
+    def at(self, turn_index: int) -> "_Context":
+        self.turn_index = turn_index
+        self.prefix = self.messages[:turn_index]
+        # the prefix's messages of each role (indices below the turn)
+        self._by_role = {role: indices[:bisect_left(indices, turn_index)]
+                         for role, indices in self.seen.by_role.items()}
+        self._said: dict[tuple[str, tuple[Any, ...]], bool] = {}
+        return self
 
     # ------------------------------------------------------------------------------------------- decisions
-    def decisions(self, turn: Mapping[str, Any]) -> list[dict[str, Any]]:
-        calls = tool_calls(turn)
-        text = message_text(turn)
+    def decisions(self) -> list[dict[str, Any]]:
+        index = self.turn_index
+        calls = self.seen.calls(index)
+        text = self.seen.text(index)
         shape = {"tool_calls": len(calls), "has_text": bool(text.strip()), "text": text}
         found = [{"kind": "turn", "label": "turn", "turn": shape, "args": {}, "call": None, "text": text}]
-        for call in calls:
-            arguments, _ = parse_arguments(call["arguments"])
+        for call, arguments in calls:
             found.append({"kind": "call", "label": call["name"], "call": call["name"], "turn": shape,
                           "args": arguments if arguments is not None else UNKNOWN, "text": text})
-        if text.strip() and has_phrase(text, self.words.get("refusal", ())):
+        if text.strip() and self.seen.says(index, self.words.get("refusal", ())):
             found.append({"kind": "refusal", "label": "refusal", "turn": shape, "args": {}, "call": None,
                           "text": text})
         return found
 
     # ---------------------------------------------------------------------------------------------- judging
     def judge(self, rule: Mapping[str, Any], decision: Mapping[str, Any]) -> str | None:
+        self.decision = decision  # what `args`, `turn_says` and the like read while this rule is judged
         facts: dict[str, Any] = {}
-        evaluator = Evaluator(lambda name: self._resolve(name, decision, facts, evaluator), self._functions(decision))
+        evaluator = Evaluator(lambda name: self._resolve(name, decision, facts, evaluator), self.functions)
         if rule["when"] is not None:
             applies = evaluator.evaluate(rule["when"])
             if applies is UNKNOWN or not applies:
@@ -157,45 +237,57 @@ class _Context:
         raise InputError(f"policy expression uses {name!r}, which is neither a fact, a constant nor a built-in "
                          "name (args, call, turn, user_confirmed)", field="policy")
 
-    def _functions(self, decision: Mapping[str, Any]) -> dict[str, Callable[..., Any]]:
-        words = self.words
-        return {
+    def _functions(self) -> Mapping[str, Callable[..., Any]]:
+        """The context's functions, built once per turn; those about "this turn" read `self.decision`."""
+        return with_builtins({
             "result": self._result,
             "called": lambda tool: self._result(tool) is not UNKNOWN,
             "args_of": lambda tool, **match: self._result(tool, _want="arguments", **match),
             "results_of": self._results_of,
             "records_of": self._records_of,
-            "user_said": lambda *p: any(has_phrase(t, _expand(p, words)) for t in self._texts("user")),
-            "user_said_last": lambda *p: has_phrase(self._last_text("user"), _expand(p, words)),
-            "agent_said": lambda *p: any(has_phrase(t, _expand(p, words)) for t in self._texts("assistant")),
-            "agent_said_last": lambda *p: has_phrase(self._last_text("assistant"), _expand(p, words)),
-            "turn_says": lambda *p: has_phrase(decision["text"], _expand(p, words)),
-            "turn_matches": lambda pattern: _regex_matches(pattern, decision["text"]),
+            "user_said": lambda *p: self._said_by("user", p, every=True),
+            "user_said_last": lambda *p: self._said_by("user", p, every=False),
+            "agent_said": lambda *p: self._said_by("assistant", p, every=True),
+            "agent_said_last": lambda *p: self._said_by("assistant", p, every=False),
+            "turn_says": lambda *p: self.seen.says(self.turn_index, _expand(p, self.words)),
+            "turn_matches": lambda pattern: _regex_matches(pattern, self.decision["text"]),
             "seen": self._seen,
-        }
+        })
 
     # ------------------------------------------------------------------------------------------------ facts
+    def _said_by(self, role: str, phrases_or_lists: tuple[Any, ...], every: bool) -> bool:
+        """Does some message of `role` in the prefix (or, not `every`, the latest one with text) hold a phrase?"""
+        key = (role + ("*" if every else ""), phrases_or_lists)
+        found = self._said.get(key)
+        if found is None:
+            words = _expand(phrases_or_lists, self.words)
+            if every:
+                found = any(self.seen.says(i, words) for i in self._by_role[role])
+            else:
+                last = self._last_index(role)
+                found = last is not None and self.seen.says(last, words)
+            self._said[key] = found
+        return found
+
     def _seen(self, value: Any) -> Any:
         """Did `value` appear (word-bounded, case-insensitive) in a tool result or a user message of the prefix?
         What the agent may state as a fact is what the user or the tools provided."""
         if value is UNKNOWN or value is None:
             return UNKNOWN
-        sources = [message_text(m) for m in self.prefix if m.get("role") in ("tool", "user")]
-        return any(has_phrase(text, (str(value),)) for text in sources)
+        wanted = (str(value),)
+        return any(self.seen.says(i, wanted) for role in ("tool", "user") for i in self._by_role[role])
 
-    def _texts(self, role: str) -> list[str]:
-        return [message_text(m) for m in self.prefix if m.get("role") == role]
-
-    def _last_text(self, role: str) -> str:
+    def _last_index(self, role: str) -> int | None:
         """The latest message of `role` that says something (an agent's tool-call-only turns say nothing)."""
-        for text in reversed(self._texts(role)):
-            if text.strip():
-                return text
-        return ""
+        for index in reversed(self._by_role[role]):
+            if self.seen.text(index).strip():
+                return index
+        return None
 
     def _user_confirmed(self) -> bool:
         """The latest user message says yes (an `affirm` word) and does not say no (`negate`) before it."""
-        last = self._last_text("user")
+        index = self._last_index("user")
+        last = self.seen.text(index) if index is not None else ""
         yes = find_phrases(last, self.words.get("affirm", ()))
         no = find_phrases(last, self.words.get("negate", ()))
         if not yes:
@@ -206,20 +298,14 @@ class _Context:
         """(arguments, parsed result) of each successful call to `tool` (or any tool in a list) in the prefix whose
         arguments equal `match`, latest first. A failed call (no answer, or an error result) established nothing."""
         tools = {tool} if isinstance(tool, str) else set(tool)
-        for index in range(len(self.prefix) - 1, -1, -1):
-            message = self.prefix[index]
-            if message.get("role") != "assistant":
-                continue
-            for call in reversed(tool_calls(message)):
-                if call["name"] not in tools:
+        for index in reversed(self._by_role["assistant"]):
+            for call, arguments in reversed(self.seen.calls(index)):
+                if call["name"] not in tools or arguments is None or not _arguments_match(arguments, match):
                     continue
-                arguments, _ = parse_arguments(call["arguments"])
-                if arguments is None or not _arguments_match(arguments, match):
+                answer = tool_result_index(self.prefix, call["id"], index + 1)
+                if answer is None or is_error_result(self.seen.text(answer)):
                     continue
-                answer = tool_result(self.prefix, call["id"], index + 1)
-                if answer is None or is_error_result(message_text(answer)):
-                    continue
-                yield arguments, parse_json_maybe(message_text(answer))
+                yield arguments, self.seen.result(answer)
 
     def _result(self, tool: str | Sequence[str], _want: str = "result", **match: Any) -> Any:
         """The latest successful result of `tool` (or of any tool in a list) in the prefix whose call arguments

@@ -152,7 +152,26 @@ _ARITHMETIC: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
-def compile_expression(source: str, where: str) -> ast.Expression:
+class _WithBuiltins(dict):
+    """A function table that already holds the built-in functions."""
+
+
+def with_builtins(functions: Mapping[str, Callable[..., Any]]) -> Mapping[str, Callable[..., Any]]:
+    return _WithBuiltins({**FUNCTIONS, **functions})
+
+
+class Expression:
+    """A checked policy expression, compiled once into nested Python closures (`run(evaluator)`), so judging a turn
+    walks no syntax tree: each node became a small function of the evaluator's name and function lookups."""
+
+    __slots__ = ("source", "tree", "run")
+
+    def __init__(self, source: str, tree: ast.Expression):
+        self.source, self.tree = source, tree
+        self.run: Callable[["Evaluator"], Any] = _compile(tree.body)
+
+
+def compile_expression(source: str, where: str) -> Expression:
     """Parse once at policy load; refuse anything outside the whitelist with the rule that holds it."""
     try:
         # Parenthesised, so an expression may run over several lines however YAML indents them.
@@ -177,120 +196,199 @@ def compile_expression(source: str, where: str) -> ast.Expression:
         if isinstance(node, ast.Call) and not isinstance(node.func, ast.Name):
             raise InputError(f"policy expression in {where} calls something that is not a function name",
                              field=where)
-    return tree
+    return Expression(str(source), tree)
 
 
 class Evaluator:
     """Evaluates compiled expressions over `names` (facts, lazily resolved) and `functions`."""
 
+    __slots__ = ("resolve_name", "functions", "locals")
+
     def __init__(self, resolve_name: Callable[[str], Any], functions: Mapping[str, Callable[..., Any]]):
-        self._resolve_name = resolve_name
-        self._functions = {**FUNCTIONS, **functions}
-        self._locals: dict[str, Any] = {}  # comprehension variables in scope
+        """`functions` add to (or replace) the built-in `FUNCTIONS`; pass `with_builtins(...)` once and reuse it
+        when many evaluators share the same functions."""
+        self.resolve_name = resolve_name
+        self.functions = functions if isinstance(functions, _WithBuiltins) else with_builtins(functions)
+        self.locals: dict[str, Any] = {}  # comprehension variables in scope
 
-    def evaluate(self, tree: ast.Expression) -> Any:
-        saved, self._locals = self._locals, {}  # a fact never sees the comprehension variables of its caller
+    def evaluate(self, expression: Expression) -> Any:
+        saved, self.locals = self.locals, {}  # a fact never sees the comprehension variables of its caller
         try:
-            return self._eval(tree.body)
+            return expression.run(self)
         finally:
-            self._locals = saved
+            self.locals = saved
 
-    def _comprehension(self, node: ast.GeneratorExp | ast.ListComp) -> Any:
-        """`[expr for x in items if cond]`: the values of expr for each item whose conditions are true (an
-        UNKNOWN condition leaves the item out); an UNKNOWN list gives UNKNOWN."""
-        generator = node.generators[0]
-        items = self._eval(generator.iter)
-        if items is UNKNOWN:
-            return UNKNOWN
-        if not isinstance(items, (list, tuple, frozenset, set)):
-            items = list(items) if isinstance(items, Mapping) else []
-        name, saved = generator.target.id, dict(self._locals)
-        out = []
-        try:
-            for item in items:
-                self._locals[name] = item
-                if all(_is_true(self._eval(cond)) for cond in generator.ifs):
-                    out.append(self._eval(node.elt))
-        finally:
-            self._locals = saved
-        return out
 
-    def _eval(self, node: ast.AST) -> Any:
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id in ("true", "false", "null"):
-                return {"true": True, "false": False, "null": None}[node.id]
-            if node.id in self._locals:
-                return self._locals[node.id]
-            return self._resolve_name(node.id)
-        if isinstance(node, (ast.GeneratorExp, ast.ListComp)):
-            return self._comprehension(node)
-        if isinstance(node, (ast.List, ast.Tuple)):
-            return [self._eval(e) for e in node.elts]
-        if isinstance(node, ast.Attribute):
-            return _field(self._eval(node.value), node.attr)
-        if isinstance(node, ast.Subscript):
-            return _field(self._eval(node.value), self._eval(node.slice))
-        if isinstance(node, ast.BoolOp):
-            return self._bool_op(node)
-        if isinstance(node, ast.UnaryOp):
-            value = self._eval(node.operand)
-            if value is UNKNOWN:
-                return UNKNOWN
-            return (not value) if isinstance(node.op, ast.Not) else -value
-        if isinstance(node, ast.Compare):
-            return self._compare(node)
-        if isinstance(node, ast.BinOp):
-            left, right = self._eval(node.left), self._eval(node.right)
-            if not _known(left, right):
-                return UNKNOWN
-            try:
-                return _ARITHMETIC[type(node.op)](left, right)
-            except (TypeError, ZeroDivisionError):
-                return UNKNOWN
-        if isinstance(node, ast.IfExp):
-            test = self._eval(node.test)
-            if test is UNKNOWN:
-                return UNKNOWN
-            return self._eval(node.body if test else node.orelse)
-        if isinstance(node, ast.Call):
-            function = self._functions.get(node.func.id)
-            if function is None:
-                raise InputError(f"policy expression calls unknown function {node.func.id!r}", field="policy")
-            args = [self._eval(a) for a in node.args]
-            kwargs = {k.arg: self._eval(k.value) for k in node.keywords}
-            try:
-                return function(*args, **kwargs)
-            except (TypeError, ValueError, KeyError):
-                return UNKNOWN
+# ------------------------------------------------------------------------------------- the closure compiler
+# Each `_compile` case returns `run(evaluator) -> value` with the semantics of its node: UNKNOWN propagates,
+# `and`/`or` follow Kleene logic, a type error in a comparison or arithmetic gives UNKNOWN (the facts do not settle
+# it), a function's TypeError/ValueError/KeyError gives UNKNOWN.
+
+_LITERAL_NAMES = {"true": True, "false": False, "null": None}
+
+
+def _compile(node: ast.AST) -> Callable[[Evaluator], Any]:
+    compiler = _COMPILERS.get(type(node))
+    if compiler is None:
         raise InputError(f"unsupported policy expression node {type(node).__name__}", field="policy")
+    return compiler(node)
 
-    def _bool_op(self, node: ast.BoolOp) -> Any:
-        """Kleene logic: `true or unknown` is true, `false and unknown` is false, otherwise unknown stays."""
-        decisive = isinstance(node.op, ast.Or)  # the value that settles the whole expression
+
+def _constant(node: ast.Constant) -> Callable[[Evaluator], Any]:
+    value = node.value
+    return lambda ev: value
+
+
+def _name(node: ast.Name) -> Callable[[Evaluator], Any]:
+    name = node.id
+    if name in _LITERAL_NAMES:
+        value = _LITERAL_NAMES[name]
+        return lambda ev: value
+
+    def load(ev: Evaluator) -> Any:
+        scope = ev.locals
+        return scope[name] if name in scope else ev.resolve_name(name)
+    return load
+
+
+def _sequence(node: ast.List | ast.Tuple) -> Callable[[Evaluator], Any]:
+    items = [_compile(e) for e in node.elts]
+    return lambda ev: [item(ev) for item in items]
+
+
+def _attribute(node: ast.Attribute) -> Callable[[Evaluator], Any]:
+    container, key = _compile(node.value), node.attr
+    return lambda ev: _field(container(ev), key)
+
+
+def _subscript(node: ast.Subscript) -> Callable[[Evaluator], Any]:
+    container, key = _compile(node.value), _compile(node.slice)
+    return lambda ev: _field(container(ev), key(ev))
+
+
+def _bool_op(node: ast.BoolOp) -> Callable[[Evaluator], Any]:
+    """Kleene logic: `true or unknown` is true, `false and unknown` is false, otherwise unknown stays."""
+    operands = [_compile(v) for v in node.values]
+    decisive = isinstance(node.op, ast.Or)  # the value that settles the whole expression
+
+    def run(ev: Evaluator) -> Any:
         saw_unknown = False
-        for operand in node.values:
-            value = self._eval(operand)
+        for operand in operands:
+            value = operand(ev)
             if value is UNKNOWN:
                 saw_unknown = True
             elif bool(value) == decisive:
                 return decisive
         return UNKNOWN if saw_unknown else (not decisive)
+    return run
 
-    def _compare(self, node: ast.Compare) -> Any:
-        left = self._eval(node.left)
-        for op, right_node in zip(node.ops, node.comparators):
-            right = self._eval(right_node)
+
+def _unary(node: ast.UnaryOp) -> Callable[[Evaluator], Any]:
+    operand, negate = _compile(node.operand), isinstance(node.op, ast.Not)
+
+    def run(ev: Evaluator) -> Any:
+        value = operand(ev)
+        if value is UNKNOWN:
+            return UNKNOWN
+        return (not value) if negate else -value
+    return run
+
+
+def _compare(node: ast.Compare) -> Callable[[Evaluator], Any]:
+    first = _compile(node.left)
+    steps = [(_COMPARE[type(op)], _compile(right)) for op, right in zip(node.ops, node.comparators)]
+
+    def run(ev: Evaluator) -> Any:
+        left = first(ev)
+        for test, right_node in steps:
+            right = right_node(ev)
             if left is UNKNOWN or right is UNKNOWN:
                 return UNKNOWN
             try:
-                if not _COMPARE[type(op)](left, right):
+                if not test(left, right):
                     return False
             except TypeError:  # e.g. a number compared with text: the facts do not settle it
                 return UNKNOWN
             left = right
         return True
+    return run
+
+
+def _binary(node: ast.BinOp) -> Callable[[Evaluator], Any]:
+    left_node, right_node, operation = _compile(node.left), _compile(node.right), _ARITHMETIC[type(node.op)]
+
+    def run(ev: Evaluator) -> Any:
+        left, right = left_node(ev), right_node(ev)
+        if not _known(left, right):
+            return UNKNOWN
+        try:
+            return operation(left, right)
+        except (TypeError, ZeroDivisionError):
+            return UNKNOWN
+    return run
+
+
+def _if_expression(node: ast.IfExp) -> Callable[[Evaluator], Any]:
+    test_node, body, orelse = _compile(node.test), _compile(node.body), _compile(node.orelse)
+
+    def run(ev: Evaluator) -> Any:
+        test = test_node(ev)
+        if test is UNKNOWN:
+            return UNKNOWN
+        return body(ev) if test else orelse(ev)
+    return run
+
+
+def _call(node: ast.Call) -> Callable[[Evaluator], Any]:
+    name = node.func.id
+    positional = [_compile(a) for a in node.args]
+    keywords = [(k.arg, _compile(k.value)) for k in node.keywords]
+
+    def run(ev: Evaluator) -> Any:
+        function = ev.functions.get(name)
+        if function is None:
+            raise InputError(f"policy expression calls unknown function {name!r}", field="policy")
+        args = [a(ev) for a in positional]
+        kwargs = {key: value(ev) for key, value in keywords}
+        try:
+            return function(*args, **kwargs)
+        except (TypeError, ValueError, KeyError):
+            return UNKNOWN
+    return run
+
+
+def _comprehension(node: ast.GeneratorExp | ast.ListComp) -> Callable[[Evaluator], Any]:
+    """`[expr for x in items if cond]`: the values of expr for each item whose conditions are true (an UNKNOWN
+    condition leaves the item out); an UNKNOWN list gives UNKNOWN."""
+    generator = node.generators[0]
+    source, name = _compile(generator.iter), generator.target.id
+    conditions, element = [_compile(c) for c in generator.ifs], _compile(node.elt)
+
+    def run(ev: Evaluator) -> Any:
+        items = source(ev)
+        if items is UNKNOWN:
+            return UNKNOWN
+        if not isinstance(items, (list, tuple, frozenset, set)):
+            items = list(items) if isinstance(items, Mapping) else []
+        saved = dict(ev.locals)
+        out = []
+        try:
+            for item in items:
+                ev.locals[name] = item
+                if all(_is_true(condition(ev)) for condition in conditions):
+                    out.append(element(ev))
+        finally:
+            ev.locals = saved
+        return out
+    return run
+
+
+_COMPILERS: dict[type, Callable[[Any], Callable[[Evaluator], Any]]] = {
+    ast.Constant: _constant, ast.Name: _name, ast.List: _sequence, ast.Tuple: _sequence,
+    ast.Attribute: _attribute, ast.Subscript: _subscript, ast.BoolOp: _bool_op, ast.UnaryOp: _unary,
+    ast.Compare: _compare, ast.BinOp: _binary, ast.IfExp: _if_expression, ast.Call: _call,
+    ast.GeneratorExp: _comprehension, ast.ListComp: _comprehension,
+}
 
 
 def _is_true(value: Any) -> bool:
