@@ -76,6 +76,12 @@ def _json_error(line: bytes) -> str:
 
 def read_jsonl(path: str | os.PathLike, *, display: str | None = None) -> Iterator[tuple[int, Any]]:
     """(line number, parsed object) per line. Invalid JSON raises InputError naming the file and line."""
+    for number, _, obj in read_jsonl_lines(path, display=display):
+        yield number, obj
+
+
+def read_jsonl_lines(path: str | os.PathLike, *, display: str | None = None) -> Iterator[tuple[int, bytes, Any]]:
+    """(line number, the line as read, parsed object) per line, as `read_jsonl`."""
     shown = display or str(path)
     if not Path(path).exists():
         raise InputError("file not found", path=shown)
@@ -88,7 +94,7 @@ def read_jsonl(path: str | os.PathLike, *, display: str | None = None) -> Iterat
             except orjson.JSONDecodeError:
                 error = _json_error(raw.rstrip(b"\r\n"))
                 raise InputError(f"invalid JSON: {error}", path=shown, line=number) from None
-            yield number, obj
+            yield number, raw, obj
 
 
 def load_json(path: str | os.PathLike) -> Any:

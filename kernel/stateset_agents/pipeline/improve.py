@@ -32,7 +32,7 @@ import orjson
 from .._version import __version__
 from ..components import GradeItem
 from ..errors import InputError, PluginError
-from ..jsonio import atomic_write, dumps, dumps_line, load_json, read_jsonl, sha256_file
+from ..jsonio import atomic_write, dumps, dumps_line, load_json, read_jsonl_lines, sha256_file
 from .curated_rows import Conversation, CuratedSink, Sink, is_held_out
 from .curated_rows import decode_curated, message_text, split_key  # noqa: F401  (imported from here by others)
 
@@ -83,8 +83,9 @@ def load_policy(path: str | os.PathLike) -> Any:
         raise InputError(f"the policy holds a value JSON cannot carry: {exc}", path=str(path)) from None
 
 
-def _check_conversation(obj: Any, shown: str, line: int) -> tuple[dict[str, Any], list[int]]:
-    """The conversation, its id made a string, and the indices of its assistant turns (found in the same pass)."""
+def _check_conversation(obj: Any, shown: str, line: int) -> tuple[dict[str, Any], list[int], bool]:
+    """The conversation, its id made a string; the indices of its assistant turns (found in the same pass); and
+    whether it is unchanged (its id was a string already)."""
     def bad(message: str, field: str | None) -> None:
         raise InputError(message, path=shown, line=line, field=field)
 
@@ -93,6 +94,7 @@ def _check_conversation(obj: Any, shown: str, line: int) -> tuple[dict[str, Any]
     cid = obj.get("id")
     if isinstance(cid, bool) or not isinstance(cid, (str, int)) or cid == "":
         bad("missing or invalid conversation id", "id")
+    as_read = isinstance(cid, str)
     obj["id"] = str(cid)
     messages = obj.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -110,7 +112,7 @@ def _check_conversation(obj: Any, shown: str, line: int) -> tuple[dict[str, Any]
     for key, kind, what in (("tools", list, "a list"), ("metadata", dict, "an object"), ("source", dict, "an object")):
         if obj.get(key) is not None and not isinstance(obj[key], kind):
             bad(f"expected {what} or null", key)
-    return obj, turns
+    return obj, turns, as_read
 
 
 # ------------------------------------------------------------------------------------------------------ outputs
@@ -209,7 +211,7 @@ def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.Pa
             held_sink = Sink(stack.enter_context(atomic_write(out / HELD_OUT)))
             graded_sink = Sink(stack.enter_context(atomic_write(out / GRADED)))
             counts = _grade_all(grader, who, src, shown, input_sha, threshold, held_out_fraction, batch_size,
-                                graded_sink, held_sink, curated_sink, on_progress)
+                                graded_sink, held_sink, curated_sink, on_progress, send_raw=runtime != "inprocess")
             curated_sink.finish()
             outputs = {GRADED: graded_sink.describe(), CURATED: curated_sink.describe(),
                        HELD_OUT: held_sink.describe()}
@@ -255,7 +257,7 @@ def _rare_gc() -> Iterator[None]:
 
 def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, threshold: float, fraction: float,
                batch_size: int, graded: Sink, held: Sink, curated: CuratedSink,
-               on_progress: Callable[[dict[str, int]], None] | None) -> dict[str, Any]:
+               on_progress: Callable[[dict[str, int]], None] | None, send_raw: bool) -> dict[str, Any]:
     source = (os.path.abspath(src), input_sha)
     tally = _Tally()
     c = dict.fromkeys(("conversations", "turns_graded", "applicable", "not_applicable", "at_or_above_threshold",
@@ -265,20 +267,24 @@ def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, thres
 
     def batches() -> Iterator[list[GradeItem]]:
         batch: list[Conversation] = []
-        for line, obj in read_jsonl(src, display=shown):
-            data, turns = _check_conversation(obj, shown, line)
+        items: list[GradeItem] = []
+        for line, raw, obj in read_jsonl_lines(src, display=shown):
+            data, turns, as_read = _check_conversation(obj, shown, line)
             c["conversations"] += 1
             conv = Conversation(data, line, turns, is_held_out(data["messages"], fraction))
             c["held_out_conversations"] += conv.held_out
             if turns:  # nothing to ask the reward about a conversation without assistant turns
                 batch.append(conv)
+                # An out-of-process reward is sent the line as read, not a re-serialisation, where it still says
+                # what the checked conversation says.
+                items.append(GradeItem(data, raw_json=raw if send_raw and as_read else None))
             if len(batch) >= batch_size:
                 in_flight.append(batch)
-                yield [GradeItem(conv.data) for conv in batch]
-                batch = []
+                yield items
+                batch, items = [], []
         if batch:
             in_flight.append(batch)
-            yield [GradeItem(conv.data) for conv in batch]
+            yield items
 
     # An out-of-process reward pipelines batches (its grading overlaps our parsing and writing) through grade_many.
     grade_many = getattr(grader, "grade_many", None)
