@@ -71,3 +71,29 @@ def make_rows(n: int = 6) -> list[dict]:
 def write_rows(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+#: Small settings that keep a trainer test to seconds on the tiny model.
+FAST = {"max_new_tokens": 8, "batch_size": 2, "num_generations": 4, "learning_rate": 2e-2, "save_every": 2}
+
+
+def trainer_factory(tiny_model_dir):
+    """`build(algo, output_dir, reward=..., dataset=..., **config)`: a trainer on a freshly loaded tiny model, with
+    the toy digit reward and rows unless given (rlaif scores with its judge, so it gets no reward by default)."""
+    def build(algo="grpo", output=None, *, reward=None, dataset=None, eval_prompts=None, resume=False,
+              overwrite=False, **config):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from stateset_plugins.trainers.api import TRAINERS
+
+        cfg = {**FAST, **config}
+        if algo == "sft":
+            cfg.pop("num_generations", None)
+        if reward is None and algo != "rlaif":
+            reward = DigitReward()
+        return TRAINERS[algo](AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                              AutoTokenizer.from_pretrained(tiny_model_dir), reward=reward,
+                              dataset=dataset if dataset is not None else make_rows(), config=cfg,
+                              output_dir=output, eval_prompts=eval_prompts, resume=resume, overwrite=overwrite,
+                              base_model_info={"source": "local", "path": str(tiny_model_dir)})
+    return build
