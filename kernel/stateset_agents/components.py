@@ -246,6 +246,14 @@ class Provider(Component):
     * `list_jobs()`: every live job labelled as ours, each with its ``run_id``.
     * `artifacts({"run_id"})`: the job's receipt (files with sha256 and size); `read_artifact({"run_id", "path",
       "offset", "length"})`: ``{"data_b64", "eof"}``.
+    * `chat_open(request)`: a chat session with a collected run's adapter (`chat-remote`): ``{"session_id",
+      "run_id", "adapter" {"dir", "files"}, "manifest", "base_model", "quote", "created_at", "deadline_at",
+      "max_minutes", "max_new_tokens", "storage_gb", "image"}``; like `launch`, it looks the session id up before it creates anything and enforces
+      the deadline remotely. ``{"job_id", "created_at", "deadline_at", "attached"}``. The session is then a job for
+      `status` (``"ready"``: it answers turns), `terminate` and `list_jobs`, under its session id.
+    * `chat_turn({"session_id", "messages", "tools", "temperature", "max_new_tokens", "seed"})`: one reply,
+      evaluator:chat's final event (``{"type": "completed", "message", "text", "truncated", "tokens"}`` or
+      ``{"type": "failed", "message"}``), with ``"usage"`` where the provider bills tokens.
     """
 
     kind = "provider"
@@ -269,6 +277,12 @@ class Provider(Component):
         raise NotImplementedError
 
     def read_artifact(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def chat_open(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def chat_turn(self, request: Mapping[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from stateset_agents.contracts import common_pb2 as stateset__agents_dot_contracts_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(stateset_agents/contracts/provider.proto\x12\x12stateset.agents.v1\x1a&stateset_agents/contracts/common.proto\"T\n\x0fProviderRequest\x12\x33\n\x06\x63onfig\x18\x01 \x01(\x0b\x32#.stateset.agents.v1.ComponentConfig\x12\x0c\n\x04json\x18\x02 \x01(\x0c\"\x1d\n\rProviderReply\x12\x0c\n\x04json\x18\x01 \x01(\x0c\x32\xd5\x04\n\x08Provider\x12O\n\x05Quote\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12P\n\x06Launch\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12P\n\x06Status\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12S\n\tTerminate\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12R\n\x08ListJobs\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12S\n\tArtifacts\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12V\n\x0cReadArtifact\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(stateset_agents/contracts/provider.proto\x12\x12stateset.agents.v1\x1a&stateset_agents/contracts/common.proto\"T\n\x0fProviderRequest\x12\x33\n\x06\x63onfig\x18\x01 \x01(\x0b\x32#.stateset.agents.v1.ComponentConfig\x12\x0c\n\x04json\x18\x02 \x01(\x0c\"\x1d\n\rProviderReply\x12\x0c\n\x04json\x18\x01 \x01(\x0c\x32\xfd\x05\n\x08Provider\x12O\n\x05Quote\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12P\n\x06Launch\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12P\n\x06Status\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12S\n\tTerminate\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12R\n\x08ListJobs\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12S\n\tArtifacts\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12V\n\x0cReadArtifact\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12R\n\x08\x43hatOpen\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReply\x12R\n\x08\x43hatTurn\x12#.stateset.agents.v1.ProviderRequest\x1a!.stateset.agents.v1.ProviderReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,5 +37,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PROVIDERREPLY']._serialized_start=190
   _globals['_PROVIDERREPLY']._serialized_end=219
   _globals['_PROVIDER']._serialized_start=222
-  _globals['_PROVIDER']._serialized_end=819
+  _globals['_PROVIDER']._serialized_end=987
 # @@protoc_insertion_point(module_scope)

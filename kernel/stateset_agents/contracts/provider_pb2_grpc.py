@@ -69,6 +69,16 @@ class ProviderStub:
                 request_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
                 response_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
                 _registered_method=True)
+        self.ChatOpen = channel.unary_unary(
+                '/stateset.agents.v1.Provider/ChatOpen',
+                request_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+                response_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+                _registered_method=True)
+        self.ChatTurn = channel.unary_unary(
+                '/stateset.agents.v1.Provider/ChatTurn',
+                request_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+                response_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+                _registered_method=True)
 
 
 class ProviderServicer:
@@ -117,6 +127,20 @@ class ProviderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ChatOpen(self, request, context):
+        """Added in v1 (additive): a remote chat session with a trained adapter (`chat-remote`). It is a job like any
+        other for Status, Terminate and ListJobs, under its own session id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ChatTurn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProviderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -152,6 +176,16 @@ def add_ProviderServicer_to_server(servicer, server):
             ),
             'ReadArtifact': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadArtifact,
+                    request_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.FromString,
+                    response_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.SerializeToString,
+            ),
+            'ChatOpen': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChatOpen,
+                    request_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.FromString,
+                    response_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.SerializeToString,
+            ),
+            'ChatTurn': grpc.unary_unary_rpc_method_handler(
+                    servicer.ChatTurn,
                     request_deserializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.FromString,
                     response_serializer=stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.SerializeToString,
             ),
@@ -343,6 +377,60 @@ class Provider:
             request,
             target,
             '/stateset.agents.v1.Provider/ReadArtifact',
+            stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+            stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChatOpen(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stateset.agents.v1.Provider/ChatOpen',
+            stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+            stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChatTurn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stateset.agents.v1.Provider/ChatTurn',
             stateset__agents_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
             stateset__agents_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
             options,

@@ -296,6 +296,12 @@ class RemoteProvider(_RemoteMixin, Provider):
     def read_artifact(self, request):
         return self._call("ReadArtifact", dict(request))
 
+    def chat_open(self, request):
+        return self._call("ChatOpen", dict(request))
+
+    def chat_turn(self, request):
+        return self._call("ChatTurn", dict(request))
+
 
 PROXIES = {"reward": RemoteReward, "ingestor": RemoteIngestor, "trainer": RemoteTrainer,
            "evaluator": RemoteEvaluator, "provider": RemoteProvider}

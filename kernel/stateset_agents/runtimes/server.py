@@ -259,7 +259,8 @@ class ProviderServicer(provider_pb2_grpc.ProviderServicer):
         "Quote": ("quote", lambda a: (a,)), "Launch": ("launch", lambda a: (a,)),
         "Status": ("status", lambda a: (a.get("run_id"),)), "Terminate": ("terminate", lambda a: (a.get("run_id"),)),
         "ListJobs": ("list_jobs", lambda a: ()), "Artifacts": ("artifacts", lambda a: (a,)),
-        "ReadArtifact": ("read_artifact", lambda a: (a,)),
+        "ReadArtifact": ("read_artifact", lambda a: (a,)), "ChatOpen": ("chat_open", lambda a: (a,)),
+        "ChatTurn": ("chat_turn", lambda a: (a,)),
     }
 
     def __init__(self, host: ComponentHost):
