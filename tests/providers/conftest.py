@@ -1,10 +1,22 @@
 """Fixtures for the provider tests: a private state dir, a plan config, and a fake of RunPod's GraphQL API that the
-real `runpod` SDK talks to (through RUNPOD_API_BASE_URL), served on 127.0.0.1 by a threaded HTTP server."""
+real `runpod` SDK talks to (through RUNPOD_API_BASE_URL), served on 127.0.0.1 by a threaded HTTP server.
+
+With `run_pods` set, a created pod is a real local process: the pod's docker_args command with the pod's
+environment, on a free loopback port, reached through the fake's own stand-in for RunPod's HTTPS proxy
+(`/proxy/POD_ID-PORT/...`, which STATESET_RUNPOD_PROXY_URL points at). Terminating the pod kills the process."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
 import threading
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -42,6 +54,9 @@ class FakeRunPod:
         self.terminated: list[str] = []
         self.lose_next_create_response = False
         self.lock = threading.Lock()
+        self.run_pods = False
+        self.processes: dict[str, tuple[subprocess.Popen, int]] = {}
+        self.api_url = ""
 
     def answer(self, query: str):
         with self.lock:
@@ -50,6 +65,7 @@ class FakeRunPod:
             if m := re.search(r'podTerminate\(input: \{ podId: "([^"]+)" \}\)', query):
                 self.terminated.append(m.group(1))
                 self.pods.pop(m.group(1), None)
+                self._kill(m.group(1))
                 return {"data": {"podTerminate": None}}
             if m := re.search(r'gpuTypes\(input: \{id: "([^"]+)"\}\)', query):
                 found = [dict(g, maxGpuCount=8, communityPrice=None) for g in GPUS if g["id"] == m.group(1)]
@@ -72,6 +88,9 @@ class FakeRunPod:
         self.pods[pod_id] = {"id": pod_id, "name": name, "desiredStatus": "RUNNING", "costPerHr": price,
                              "uptimeSeconds": 0, "env": env, "imageName": re.search(r'imageName: "([^"]+)"',
                                                                                      query).group(1)}
+        if self.run_pods:
+            self._start(pod_id, re.search(r'dockerArgs: "([^"]*)"', query).group(1), dict(
+                item.split("=", 1) for item in env))
         if self.lose_next_create_response:
             self.lose_next_create_response = False
             return None  # the pod exists, but the client never hears about it
@@ -80,6 +99,40 @@ class FakeRunPod:
 
     def env_of(self, pod_id: str) -> dict[str, str]:
         return dict(item.split("=", 1) for item in self.pods[pod_id]["env"])
+
+    def _start(self, pod_id: str, command: str, env: dict[str, str]) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        argv = shlex.split(command)
+        argv[0] = sys.executable if argv[0] == "python" else argv[0]
+        job = tempfile.mkdtemp(prefix=f"fake-{pod_id}-")
+        proc = subprocess.Popen(argv, env={**os.environ, **env, "STATESET_PORT": str(port), "STATESET_JOB_DIR": job,
+                                           "RUNPOD_API_KEY": "test-key", "RUNPOD_API_BASE_URL": self.api_url},
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.processes[pod_id] = (proc, port)
+
+    def _kill(self, pod_id: str) -> None:
+        proc, _ = self.processes.get(pod_id, (None, 0))
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+    def proxy(self, method: str, path: str, headers, body: bytes | None) -> tuple[int, bytes]:
+        """RunPod's proxy: /proxy/POD_ID-PORT/REST goes to the pod's port; 502 while nothing listens there."""
+        m = re.match(r"/proxy/([^/-]+)-(\d+)(/.*)", path)
+        proc, port = self.processes.get(m.group(1), (None, 0)) if m else (None, 0)
+        if proc is None or proc.poll() is not None:
+            return 502, b"no pod"
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{m.group(3)}", data=body, method=method,
+                                     headers={"Authorization": headers.get("Authorization", "")})
+        try:
+            with urllib.request.urlopen(req, timeout=300) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+        except (urllib.error.URLError, OSError):
+            return 502, b"pod not answering"
 
 
 @pytest.fixture()
@@ -91,7 +144,23 @@ def fake_runpod(monkeypatch):
         def log_message(self, *args):
             pass
 
+        def _proxied(self, method):
+            length = int(self.headers.get("Content-Length") or 0)
+            code, data = fake.proxy(method, self.path, self.headers, self.rfile.read(length) if length else None)
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._proxied("GET")
+
+        def do_PUT(self):
+            self._proxied("PUT")
+
         def do_POST(self):
+            if self.path.startswith("/proxy/"):
+                return self._proxied("POST")
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             if self.headers.get("Authorization") != "Bearer test-key":
                 self.send_response(401)
@@ -113,7 +182,10 @@ def fake_runpod(monkeypatch):
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("RUNPOD_API_BASE_URL", f"http://127.0.0.1:{server.server_address[1]}")
+    fake.api_url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("RUNPOD_API_BASE_URL", fake.api_url)
     monkeypatch.setenv("RUNPOD_API_KEY", "test-key")
     yield fake
+    for pod_id in list(fake.processes):
+        fake._kill(pod_id)
     server.shutdown()

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 
 import torch
 
-NAMES = ("connect", "open_session", "close_session", "create_model", "sample", "sample_base", "forward",
+NAMES = ("connect", "open_session", "close_session", "create_model", "sample", "sample_base", "sample_checkpoint",
+         "forward",
          "forward_backward", "optim_step", "save", "load", "download_checkpoint", "close")
 
 
@@ -110,6 +111,11 @@ class FakeRiver:
         assert session["open"] and base_model == self.base_path
         return self._draw(self.base, prompt_ids, 1, max_tokens, temperature, seed)
 
+    def sample_checkpoint(self, session, base_model, checkpoint, prompt_ids, *, max_tokens, temperature, seed):
+        entry = self.checkpoints[checkpoint]
+        assert session["open"] and base_model == self.base_path and entry["mode"] == "inference"
+        return self._draw(entry["net"], prompt_ids, 1, max_tokens, temperature, seed)
+
     # ---------------------------------------------------------------------------------------------- training
     @staticmethod
     def _logp(net, ids):
@@ -160,6 +166,7 @@ class FakeRiver:
         entry = {"mode": mode, "lora": copy.deepcopy(get_peft_model_state_dict(model.net)),
                  "opt": copy.deepcopy(model.opt.state_dict())}
         if mode == "inference":
+            entry["net"] = copy.deepcopy(model.net)  # what sampling from this checkpoint runs
             with tempfile.TemporaryDirectory() as tmp:
                 model.net.save_pretrained(tmp, safe_serialization=True)
                 entry["files"] = {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}

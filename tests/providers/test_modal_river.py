@@ -11,68 +11,13 @@ from types import SimpleNamespace
 from unittest import mock
 
 import pytest
+from fake_modal import fake_modal  # noqa: F401 - the fixture
 from provider_helpers import IMAGE
 
-from stateset_agents.errors import InputError, StatesetError
+from stateset_agents.errors import InputError
 from stateset_agents.remote import session
 from stateset_agents.remote.cap import CapExceeded
 from stateset_agents.runtimes import load_component
-
-
-class FakeModalSDK:
-    """Stands in for stateset_plugins.providers.modal_sdk: a Dict of runs and spawned calls."""
-
-    def __init__(self):
-        self.runs: dict[str, dict] = {}
-        self.spawns, self.cancels, self.calls = [], [], {}
-
-    def claim(self, run_id, entry, sdk=None):
-        if run_id in self.runs:
-            return False, self.runs[run_id]
-        self.runs[run_id] = entry
-        return True, None
-
-    def record(self, run_id, entry, sdk=None):
-        self.runs[run_id] = entry
-
-    def lookup(self, run_id, sdk=None):
-        return self.runs.get(run_id)
-
-    def all_runs(self, sdk=None):
-        return list(self.runs.items())
-
-    def spawn(self, run_id, **kw):
-        self.spawns.append(kw)
-        self.calls[f"fc-{len(self.spawns)}"] = ("running", None)
-        return f"fc-{len(self.spawns)}"
-
-    def call_state(self, call_id, sdk=None):
-        return self.calls[call_id]
-
-    def cancel(self, call_id, app_name, sdk=None):
-        self.cancels.append((call_id, app_name))
-        self.calls[call_id] = ("terminated", "cancelled")
-
-    def read_file(self, volume, path, sdk=None):
-        raise FileNotFoundError(path)
-
-    def reported_cost(self, run_id, since, sdk=None):
-        return None
-
-
-@pytest.fixture()
-def fake_modal(monkeypatch):
-    pytest.importorskip("modal")
-    from stateset_plugins.providers import modal_sdk
-
-    fake = FakeModalSDK()
-    for name in ("claim", "record", "lookup", "all_runs", "spawn", "call_state", "cancel", "read_file",
-                 "reported_cost"):
-        monkeypatch.setattr(modal_sdk, name, getattr(fake, name))
-    monkeypatch.setenv("MODAL_TOKEN_ID", "id")
-    monkeypatch.setenv("MODAL_TOKEN_SECRET", "secret")
-    monkeypatch.setenv("HOME", str(Path(os.environ["STATESET_AGENTS_STATE_DIR"]).parent))
-    return fake
 
 
 def _modal_config(dataset, **over):
@@ -146,6 +91,17 @@ def test_modal_sdk_calls_match_the_installed_sdk():
     modal_sdk.cancel("fc", "stateset-sa-x", sdk=sdk)
     assert modal_sdk.read_file("v", "job/receipt.json", sdk=sdk) == b"ab"
     assert modal_sdk.reported_cost("sa-x", 7200.0, sdk=sdk) is None
+    # chat-remote: the adapter onto the volume, the chat function deployed, one turn, the app stopped
+    sdk.Function = mock.create_autospec(modal.Function)
+    sdk.Function.from_name.return_value = spec(modal.Function)
+    sdk.Function.from_name.return_value.remote.return_value = {"type": "completed"}
+    adapter = Path(__file__)
+    modal_sdk.upload_files("v", str(adapter.parent), [{"path": adapter.name}], "chat/model", b"{}", sdk=sdk)
+    modal_sdk.deploy_chat("sa-x-chat", run_id="sa-x", app_name="stateset-sa-x-chat", image_ref=IMAGE, gpu="H100",
+                          timeout_s=600, idle_s=60, volume="v", env={"A": "1"}, sdk=sdk)
+    assert modal_sdk.chat_call("stateset-sa-x-chat", {"messages": []}, sdk=sdk) == {"type": "completed"}
+    modal_sdk.stop_app("stateset-sa-x-chat", sdk=sdk)
+    sdk.Function.from_name.assert_called_with("stateset-sa-x-chat", "chat")
     assert issubclass(modal.exception.InputCancellation, BaseException)
 
 
@@ -253,6 +209,9 @@ def test_river_sdk_calls_match_the_client_wheel():
     assert river_sdk.sample(model, [[1, 2, 3]], num_samples=1, max_tokens=8, temperature=1.0, seed=0) == (
         [[{"tokens": [1, 2], "logprobs": [-0.1, -0.2], "stop_reason": "stop"}]], {"sample_tokens": 5})
     river_sdk.sample_base(sess, "Qwen/Qwen3-8B", [[1, 2, 3]], max_tokens=8, temperature=0.0, seed=0)
+    # chat-remote samples the run's checkpoint (billed: the sampled tokens and the prompt's)
+    assert river_sdk.sample_checkpoint(sess, "Qwen/Qwen3-8B", "river://run/weights/x", [[1, 2, 3, 4]], max_tokens=8,
+                                       temperature=0.7, seed=0)[1] == {"sample_tokens": 1 + 3}
     assert river_sdk.forward(model, [{"input_ids": [1, 2, 3]}]) == ([[-0.5, -0.25, 0.0]], {"train_tokens": 4})
     # no token count in the metrics: what was sent is what is billed
     assert river_sdk.forward_backward(model, [{"input_ids": [1, 2, 3]}], "importance_sampling")[1] == {

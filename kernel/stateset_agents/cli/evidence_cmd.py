@@ -310,6 +310,21 @@ def chat(
 ):
     """Talk to the base model or an adapter. /reset starts over, /save FILE appends the transcript (ingest format),
     /quit ends. Reads stdin when it is not a terminal."""
+    from ..runtimes import load_component
+
+    settings = {"base_model": base_model, "adapter": str(adapter) if adapter else None,
+                **_decoding(temperature, max_new_tokens, seed)}
+    with load_component("evaluator:chat", runtime=runtime) as model:
+        chat_loop(model, settings, system=system, reward=reward, policy=policy,
+                  metadata={"source": "stateset-agents chat", "base_model": base_model,
+                            "adapter": settings["adapter"]})
+
+
+def chat_loop(model, settings: dict[str, Any], *, system: Optional[str] = None, reward: Optional[str] = None,
+              policy: Optional[Path] = None, metadata: Optional[dict[str, Any]] = None) -> int:
+    """The conversation over stdin/stdout with `model`: anything whose `run(request)` yields evaluator:chat's
+    events for {**settings, "messages": history} (the component in any runtime, or a remote chat session).
+    Returns the number of replies."""
     import contextlib
 
     from ..components import GradeItem
@@ -320,11 +335,8 @@ def chat(
     start = [{"role": "system", "content": system}] if system else []
     history: list[dict[str, Any]] = list(start)
     grades: list[dict[str, Any]] = []
-    settings = {"base_model": base_model, "adapter": str(adapter) if adapter else None,
-                **_decoding(temperature, max_new_tokens, seed)}
-    failures = 0
+    replies = 0
     with contextlib.ExitStack() as stack:
-        model = stack.enter_context(load_component("evaluator:chat", runtime=runtime))
         grader = stack.enter_context(load_component(reward if ":" in reward else f"reward:{reward}",
                                                     config=_reward_config(policy))) if reward else None
         if interactive:
@@ -343,9 +355,7 @@ def chat(
                 if not argument.strip():
                     err_console.print("usage: /save FILE")
                     continue
-                cid = _save_transcript(Path(argument.strip()), history,
-                                       {"source": "stateset-agents chat", "base_model": base_model,
-                                        "adapter": settings["adapter"], "grades": grades})
+                cid = _save_transcript(Path(argument.strip()), history, {**(metadata or {}), "grades": grades})
                 console.print(f"(saved {cid} to {argument.strip()})", highlight=False)
                 continue
             history.append({"role": "user", "content": text})
@@ -354,7 +364,6 @@ def chat(
                 last = event
             if last.get("type") != "completed":
                 history.pop()
-                failures += 1
                 message = last.get("message") or "no reply"
                 if not interactive:
                     raise StatesetError(f"chat failed: {message}")
@@ -362,6 +371,7 @@ def chat(
                 continue
             reply = last["message"]
             history.append(reply)
+            replies += 1
             shown = last.get("text") or ""
             if reply.get("tool_calls"):
                 shown += " " + " ".join(f"[tool call {c['function']['name']}({c['function']['arguments']})]"
@@ -374,3 +384,4 @@ def chat(
                                "applicable": grade["applicable"], "reason": grade["reason"]})
                 typer.echo(f"  [{grade['reward'].get('name')} score {grade['score']:.3f}"
                            f"{'' if grade['applicable'] else ', not applicable'}] {grade['reason']}")
+    return replies

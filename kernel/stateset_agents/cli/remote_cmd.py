@@ -5,7 +5,6 @@ Commands that can spend money say so in their help ("SPENDS MONEY"). Logic lives
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -128,6 +127,11 @@ def train_remote(
     if attach_id or cancel_id:
         run_id = attach_id or cancel_id
         record = session._record(run_id)
+        if attach_id and record.get("kind") == "chat":
+            from ..errors import InputError
+
+            raise InputError(f"{run_id} is a chat session: it cannot be attached (`--cancel {run_id}` terminates "
+                             "it)", field="run_id")
         provider = session.open_provider(record["provider"], record.get("provider_config"))
         if cancel_id:
             done = session.cancel(run_id, provider)
@@ -227,41 +231,69 @@ def finetune_status(run_id: str = typer.Argument(...)):
 
 @app.command("chat-remote")
 def chat_remote(
-    provider_name: str = typer.Option(..., "--provider"),
+    provider_name: str = typer.Option(..., "--provider", help="local, runpod, modal or river."),
     run_id: str = typer.Option(..., "--run", help="A collected run."),
     max_cost: float = typer.Option(..., "--max-cost", help="Hard cap in USD for this chat session."),
-    gpu: Optional[str] = typer.Option(None, "--gpu"),
-    max_minutes: float = typer.Option(30.0, "--max-minutes"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Default: the run's GPU on the same provider."),
+    max_minutes: float = typer.Option(30.0, "--max-minutes", help="Wall-clock limit, enforced remotely."),
+    max_turns: int = typer.Option(50, "--max-turns", help="Replies at most (prices token-billed providers)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Trainer image NAME@sha256:DIGEST (runpod, "
+                                                               "modal); default: the run's own."),
+    system: Optional[str] = typer.Option(None, "--system", help="A system message to start with."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Default 0.7."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Default 256."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Default 0."),
+    poll_s: float = typer.Option(15.0, "--poll-seconds", help="How often the watchdog asks the provider."),
 ):
-    """SPENDS MONEY. Chat with a trained adapter on a provider under its own cap (quote and refusal first). The
-    conversation is `stateset-agents chat`'s own loop, over stdin/stdout; local serves evaluator:chat in a
-    subprocess."""
-    from ..errors import StatesetError
-    from ..remote import session, state
-    from ..remote.cap import check_cap_value, enforce_cap
-    from .evidence_cmd import chat
+    """SPENDS MONEY. Chat with a collected run's adapter on a provider under its own cap: quote and refuse above
+    --max-cost before anything is rented, a remote deadline, a watchdog that ends the session before the cap, the
+    resource terminated on exit, Ctrl-C or error, and the spend booked in the ledger (kind chat). The conversation
+    is `stateset-agents chat`'s own loop, over stdin/stdout."""
+    from ..remote import session
+    from ..remote.chat import ChatSession, SessionEnded
+    from .evidence_cmd import _decoding, chat_loop
 
-    cap = check_cap_value(max_cost)
+    from ..jsonio import load_json
+
     record = session._record(run_id)
-    adapter = Path(record["output"]) / "adapter"
-    if record.get("phase") != "collected" or not adapter.is_dir():
-        raise StatesetError(f"run {run_id} has no collected adapter to chat with (phase {record.get('phase')})")
-    with session.open_provider(provider_name) as provider:
-        quote = provider.quote({"gpu": gpu, "gpus": 1, "max_hours": max_minutes / 60.0, "storage_gb": 0,
-                                "base_model": (record.get("job") or {}).get("base_model")})
-        worst = enforce_cap(quote, 1, max_minutes / 60.0, cap)
-    if provider_name != "local":
-        raise StatesetError(f"the quote (${worst:.2f} worst case) is within the cap, but remote chat sessions on "
-                            f"{provider_name} are not available in this version; nothing was rented")
-    # local compute is priced at 0 USD/h, so no reply can pass the cap; the session is still booked
-    started = time.time()
-    try:
-        chat(base_model=None, adapter=adapter, reward=None, policy=None, system=None, temperature=None,
-             max_new_tokens=None, seed=None, runtime="subprocess")
-    finally:
-        spend = float(quote["usd_per_gpu_hour"]) * (time.time() - started) / 3600.0
-        state.append_ledger({"run_id": run_id, "kind": "chat", "provider": provider_name,
-                             "spend_usd": round(spend, 6), "max_cost_usd": cap, "outcome": "chatted"})
+    same = record.get("provider") == provider_name
+    plan_path = Path(record.get("workspace") or "") / "plan.json"
+    plan = load_json(plan_path) if same and plan_path.is_file() else {}
+    if image is None and "@sha256:" in str((plan.get("image") or {}).get("ref", "")):
+        image = plan["image"]["ref"]
+    if gpu is None and plan:
+        gpu = plan["gpu"]["id"]
+
+    def tick(status: dict[str, Any]) -> None:
+        if not status.get("ready"):
+            err_console.print(f"[dim]{run_id} chat: {status.get('state')} · spent ${status.get('accrued_usd', 0):.4f}"
+                              "[/]", highlight=False)
+
+    with session.open_provider(provider_name, record.get("provider_config") if same else None) as provider:
+        chat = ChatSession(provider, provider_name, run_id, max_cost=max_cost, max_minutes=max_minutes, gpu=gpu,
+                           image=image, max_turns=max_turns, decoding=_decoding(temperature, max_new_tokens, seed),
+                           on_tick=tick, poll_s=poll_s)
+        chat.open()
+        err_console.print(f"chat session {chat.session_id} on {provider_name}: worst case "
+                          f"${chat.worst_case:.2f} of the ${chat.cap:.2f} cap", highlight=False)
+        outcome, code = "chatted", 0
+        try:
+            chat_loop(chat, {}, system=system, metadata={"source": "stateset-agents chat-remote", "run_id": run_id,
+                                                         "provider": provider_name})
+        except SessionEnded as exc:
+            err_console.print(f"[red]{exc}[/]", highlight=False)
+            outcome, code = exc.outcome, exc.exit_code
+        except KeyboardInterrupt:
+            outcome, code = "interrupted", 130
+        except BaseException:
+            outcome = "failed"
+            raise
+        finally:
+            closed = chat.close(outcome)
+            err_console.print(f"chat session closed ({closed.get('phase')}): spent "
+                              f"${float(closed.get('spend_usd') or 0):.4f} of ${chat.cap:.2f}", highlight=False)
+        if code:
+            raise typer.Exit(code)
 
 
 @app.command("costs")

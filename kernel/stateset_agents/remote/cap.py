@@ -68,6 +68,7 @@ class Watchdog:
     poll_s: float = 30.0
     terminate_latency_s: float = 60.0
     margin: float = 0.05  # stop this share of the cap early: prices round and billing lags
+    reserve_usd: float = 0.0  # spend that can come before the next poll beyond the rate (a chat turn's worst case)
     on_tick: Callable[[dict[str, Any]], None] | None = None
     spend: float = 0.0
     last_increase: float = 0.0
@@ -94,7 +95,7 @@ class Watchdog:
         now = self.clock()
         ahead = rate * (self.poll_s + self.terminate_latency_s) / 3600.0
         # usage-billed providers (River) spend in bursts no hourly rate predicts: the last poll's increase, again
-        ahead = max(ahead, self.last_increase * (1.0 + self.terminate_latency_s / self.poll_s))
+        ahead = max(ahead, self.last_increase * (1.0 + self.terminate_latency_s / self.poll_s)) + self.reserve_usd
         limit = self.max_cost * (1.0 - self.margin)
         reason = ("cap" if self.spend + ahead >= limit else
                   "deadline" if now + self.poll_s >= self.deadline_at else None)

@@ -19,8 +19,8 @@ from ..errors import StatesetError
 from ..jsonio import dumps_line, load_json, write_json
 
 STATE_DIR_ENV = "STATESET_AGENTS_STATE_DIR"
-#: run phases after which nothing should be running any more
-FINAL_PHASES = ("completed", "failed", "cancelled", "capped", "collected")
+#: run phases after which nothing should be running any more ("closed": a chat session that ended)
+FINAL_PHASES = ("completed", "failed", "cancelled", "capped", "collected", "closed")
 
 
 def state_dir() -> Path:

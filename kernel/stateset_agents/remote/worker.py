@@ -13,10 +13,12 @@ whose client vanished still cannot outlive its budget. It writes `status.json` a
 from __future__ import annotations
 
 import fcntl
+import hmac
 import os
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -99,45 +101,77 @@ def run_job(job: Path) -> int:
     return 0 if state == "succeeded" else 1
 
 
+class TokenHandler(BaseHTTPRequestHandler):
+    """An HTTP handler that answers only callers with the job's bearer token (set `token` on a subclass)."""
+
+    token = ""
+
+    def log_message(self, *args):  # quiet: the job log is events.jsonl
+        pass
+
+    def send(self, code: int, body: bytes, ctype: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def authorized(self) -> bool:
+        if hmac.compare_digest(self.headers.get("Authorization", ""), f"Bearer {self.token}"):
+            return True
+        self.send(401, b'{"error": "unauthorized"}')
+        return False
+
+    def body(self) -> bytes:
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+
+def start_server(handler: type[TokenHandler], port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, port), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def serve_files(job: Path, token: str, port: int, host: str = "0.0.0.0") -> Any:
     """A small authenticated HTTP front for a pod: status, receipt and ranged file reads (no writes)."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     from urllib.parse import parse_qs, unquote, urlparse
 
     root = (job / "run").resolve()
 
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):  # quiet: the job log is events.jsonl
-            pass
-
-        def _send(self, code: int, body: bytes, ctype: str = "application/json"):
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
+    class Handler(TokenHandler):
         def do_GET(self):
-            if self.headers.get("Authorization") != f"Bearer {token}":
-                return self._send(401, b'{"error": "unauthorized"}')
+            if not self.authorized():
+                return
             url = urlparse(self.path)
             if url.path in ("/status", "/receipt"):
                 path = job / f"{url.path[1:]}.json"
-                return self._send(200, path.read_bytes()) if path.exists() else self._send(404, b"{}")
+                return self.send(200, path.read_bytes()) if path.exists() else self.send(404, b"{}")
             if url.path.startswith("/files/"):
                 target = (root / unquote(url.path[len("/files/"):])).resolve()
                 if root not in target.parents or not target.is_file():
-                    return self._send(404, b"{}")
+                    return self.send(404, b"{}")
                 q = parse_qs(url.query)
                 offset, length = int(q.get("offset", ["0"])[0]), int(q.get("length", [str(1 << 20)])[0])
                 with open(target, "rb") as f:
                     f.seek(offset)
-                    return self._send(200, f.read(length), "application/octet-stream")
-            return self._send(404, b"{}")
+                    return self.send(200, f.read(length), "application/octet-stream")
+            return self.send(404, b"{}")
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    Handler.token = token
+    return start_server(Handler, port, host)
+
+
+def terminate_self_at(deadline: float) -> None:
+    """Wait for the deadline, then ask the provider to terminate this very job (the pod's own credentials; the
+    kernel's watchdog is the other line of defence)."""
+    while time.time() < deadline:
+        time.sleep(min(30.0, max(0.0, deadline - time.time())))
+    provider = os.environ.get(PROVIDER_ENV)
+    if provider:
+        from ..runtimes import load_component
+
+        with load_component(f"provider:{provider}") as p:
+            p.terminate(os.environ[RUN_ID_ENV])
 
 
 def pod_main() -> int:
@@ -150,15 +184,7 @@ def pod_main() -> int:
     serve_files(job, os.environ[TOKEN_ENV], int(os.environ.get("STATESET_PORT", "8765")))
     if not (job / "receipt.json").exists():  # a restarted container must not train again
         run_job(job)
-    deadline = float(os.environ[DEADLINE_ENV])
-    while time.time() < deadline:
-        time.sleep(min(30.0, max(0.0, deadline - time.time())))
-    provider = os.environ.get(PROVIDER_ENV)
-    if provider:  # the pod's own credentials; the kernel's watchdog is the other line of defence
-        from ..runtimes import load_component
-
-        with load_component(f"provider:{provider}") as p:
-            p.terminate(os.environ[RUN_ID_ENV])
+    terminate_self_at(float(os.environ[DEADLINE_ENV]))
     return 0
 
 

@@ -6,6 +6,10 @@ Price table (documented, dated): local compute is not billed, so every entry is 
 
 Jobs live in STATE/local/jobs/RUN_ID/: the unpacked workspace, job.json (created_at, deadline_at), and what the
 worker writes (status.json, events.jsonl, run/, receipt.json, worker.log).
+
+Chat sessions (`chat-remote`) are held by this process: `evaluator:chat` in a subprocess with the run's adapter
+(River: a River session sampling the run's checkpoint), described in STATE/local/chats/SESSION_ID/chat.json so
+`status`, `terminate` and `list_jobs` treat them as jobs. A session whose holder died died with it.
 """
 from __future__ import annotations
 
@@ -19,11 +23,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from stateset_agents import Provider
+from stateset_agents.errors import InputError, StatesetError
 from stateset_agents.jsonio import load_json, write_json
 from stateset_agents.remote import worker
 from stateset_agents.remote.gpus import resolve_gpu
 from stateset_agents.remote.plan import unpack_bundle
-from stateset_agents.remote.state import state_dir
+from stateset_agents.remote.state import private_dir, state_dir
 
 from . import VERSION, common
 
@@ -53,6 +58,7 @@ class LocalProvider(Provider):
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__(config)
         self._children: dict[str, subprocess.Popen] = {}
+        self._chats: dict[str, dict[str, Any]] = {}  # session id -> what this process holds for it
 
     @property
     def root(self) -> Path:
@@ -100,6 +106,8 @@ class LocalProvider(Provider):
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def status(self, run_id):
+        if self._is_chat(run_id):
+            return self._chat_status(run_id)
         job = self._job(run_id)
         if not (job / "job.json").exists():
             return {"run_id": run_id, "state": "missing", "uptime_s": 0, "cost_per_hour": 0.0}
@@ -120,6 +128,8 @@ class LocalProvider(Provider):
                 "step": st.get("step"), "total": st.get("total"), "deadline_at": meta["deadline_at"]}
 
     def terminate(self, run_id):
+        if self._is_chat(run_id):
+            return self._chat_terminate(run_id)
         job = self._job(run_id)
         st = load_json(job / "status.json") if (job / "status.json").exists() else {}
         if st.get("state") != "running" or not _alive(int(st.get("pid", 0))):
@@ -144,9 +154,11 @@ class LocalProvider(Provider):
         os.killpg(pid, signal.SIGKILL)
 
     def list_jobs(self):
-        if not self.root.is_dir():
-            return []
-        return [self.status(p.name) for p in sorted(self.root.iterdir()) if (p / "job.json").exists()]
+        jobs = [self.status(p.name) for p in sorted(self.root.iterdir()) if (p / "job.json").exists()] \
+            if self.root.is_dir() else []
+        chats = [self._chat_status(p.name) for p in sorted(self.chats_root.iterdir()) if (p / "chat.json").exists()] \
+            if self.chats_root.is_dir() else []
+        return jobs + [c for c in chats if c["state"] not in ("terminated", "missing")]
 
     def artifacts(self, request):
         path = self._job(request["run_id"]) / "receipt.json"
@@ -154,3 +166,88 @@ class LocalProvider(Provider):
 
     def read_artifact(self, request):
         return common.read_slice(self._job(request["run_id"]) / "run", request)
+
+    # ------------------------------------------------------------------------------------------------------ chat
+    @property
+    def chats_root(self) -> Path:
+        return Path(self.config.get("chats_dir") or state_dir() / self.name / "chats")
+
+    def _is_chat(self, session_id: str) -> bool:
+        return (self.chats_root / session_id / "chat.json").exists()
+
+    def chat_open(self, request):
+        session_id = request["session_id"]
+        if session_id in self._chats:
+            return {**load_json(self.chats_root / session_id / "chat.json"), "attached": True}
+        created = time.time()
+        meta = {"session_id": session_id, "run_id": request["run_id"], "job_id": f"{self.name}-{session_id}",
+                "created_at": created, "deadline_at": created + float(request["max_minutes"]) * 60.0,
+                "pid": os.getpid(), "state": "running", "max_new_tokens": int(request["max_new_tokens"])}
+        held = self._open_chat(session_id, request, meta)
+        self._chats[session_id] = held
+        try:
+            write_json(private_dir(self.chats_root / session_id) / "chat.json", meta)
+        except BaseException:
+            self._chats.pop(session_id)["close"]()
+            raise
+        return {k: meta[k] for k in ("job_id", "created_at", "deadline_at")} | {"attached": False}
+
+    def _open_chat(self, session_id: str, request: Mapping[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+        """Start what answers the session's turns; {"close": callable, ...} (local: evaluator:chat)."""
+        from stateset_agents.runtimes import load_component
+
+        model = load_component("evaluator:chat", runtime="subprocess")
+        meta["adapter"] = str(Path(request["adapter"]["dir"]) / "adapter")
+        return {"model": model, "close": model.close}
+
+    def _held_chat(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(what this process holds, chat.json) for a turn; refused once the session ended or is past its deadline."""
+        session_id = request["session_id"]
+        held = self._chats.get(session_id)
+        if held is None or not self._is_chat(session_id):
+            raise StatesetError(f"chat session {session_id} is not open in this process")
+        meta = load_json(self.chats_root / session_id / "chat.json")
+        if time.time() >= float(meta["deadline_at"]):
+            raise StatesetError(f"chat session {session_id} is past its deadline")
+        if int(request.get("max_new_tokens") or meta["max_new_tokens"]) > int(meta["max_new_tokens"]):
+            raise InputError(f"max_new_tokens above the {meta['max_new_tokens']} the session was quoted for",
+                             field="max_new_tokens")
+        return held, meta
+
+    def chat_turn(self, request):
+        held, meta = self._held_chat(request)
+        turn = {k: v for k, v in request.items() if k != "session_id"}
+        last: dict[str, Any] = {}
+        for event in held["model"].run({**turn, "adapter": meta["adapter"]}):
+            last = event
+        return last or {"type": "failed", "reason": "error", "message": "evaluator:chat ended without a reply"}
+
+    def _chat_spend(self, session_id: str, meta: Mapping[str, Any]) -> float:
+        return 0.0  # local compute is not billed
+
+    def _chat_status(self, session_id: str) -> dict[str, Any]:
+        meta = load_json(self.chats_root / session_id / "chat.json")
+        held = session_id in self._chats
+        state = meta.get("state", "running")
+        if state == "running" and not held and (int(meta["pid"]) == os.getpid() or not _alive(int(meta["pid"]))):
+            state = "terminated"  # what held it died, and the session with it
+        end = meta.get("finished_at") or time.time()
+        return {"run_id": session_id, "job_id": meta["job_id"], "state": state, "ready": held and state == "running",
+                "uptime_s": max(0.0, end - float(meta["created_at"])), "cost_per_hour": 0.0,
+                "spend_usd": round(self._chat_spend(session_id, meta), 6), "deadline_at": meta["deadline_at"],
+                "message": meta.get("message")}
+
+    def _chat_terminate(self, session_id: str) -> dict[str, Any]:
+        path = self.chats_root / session_id / "chat.json"
+        meta = load_json(path)
+        held = self._chats.pop(session_id, None)
+        if held is None:
+            if meta.get("state") == "running" and int(meta["pid"]) != os.getpid() and _alive(int(meta["pid"])):
+                return {"run_id": session_id, "terminated": False,
+                        "message": f"held by process {meta['pid']}; it ends with that process"}
+            return {"run_id": session_id, "terminated": False}
+        try:
+            held["close"]()
+        finally:
+            write_json(path, {**load_json(path), "state": "terminated", "finished_at": time.time()})
+        return {"run_id": session_id, "terminated": True, "job_id": meta["job_id"]}

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from stateset_agents import Provider
-from stateset_agents.errors import InputError
+from stateset_agents.errors import InputError, StatesetError
 from stateset_agents.remote import worker
 from stateset_agents.remote.gpus import resolve_gpu
 
@@ -24,6 +24,10 @@ GPU_RATES = {"T4": 0.59, "L4": 0.80, "A10G": 1.10, "L40S": 1.95, "A100-40GB": 2.
              "H100": 3.95, "H200": 4.54, "B200": 6.25}
 CPU_MEMORY_ALLOWANCE = 0.40  # USD per job-hour: a few cores and 32 GiB at that date's rates, rounded up
 ALIASES = {"a100": "A100-80GB", "h100-sxm": "H100", "a10": "A10G"}
+
+
+CHAT_IDLE_S = 60  # a chat container scales down this long after its last turn
+CHAT_DIR = "chat/model"  # on the run's volume: the adapter, manifest.json and files.json
 
 
 def _names(run_id: str) -> dict[str, str]:
@@ -78,6 +82,8 @@ class ModalProvider(Provider):
     def status(self, run_id):
         self._credentials()
         entry = modal_sdk.lookup(run_id)
+        if entry and entry.get("kind") == "chat":
+            return self._chat_status(run_id, entry)
         if not entry or not entry.get("call_id"):
             state = "pending" if entry else "missing"
             return {"run_id": run_id, "state": state, "uptime_s": 0, "cost_per_hour": 0.0}
@@ -98,6 +104,10 @@ class ModalProvider(Provider):
     def terminate(self, run_id):
         self._credentials()
         entry = modal_sdk.lookup(run_id)
+        if entry and entry.get("kind") == "chat" and entry.get("state") != "terminated":
+            modal_sdk.stop_app(_names(run_id)["app"])
+            modal_sdk.record(run_id, {**entry, "state": "terminated", "finished_at": time.time()})
+            return {"run_id": run_id, "terminated": True}
         if not entry or not entry.get("call_id") or entry.get("state") == "terminated":
             return {"run_id": run_id, "terminated": False}
         modal_sdk.cancel(entry["call_id"], _names(run_id)["app"])
@@ -108,6 +118,9 @@ class ModalProvider(Provider):
         self._credentials()
         jobs = []
         for run_id, entry in modal_sdk.all_runs():
+            if entry.get("kind") == "chat" and entry.get("state") != "terminated":
+                jobs.append(self._chat_status(run_id, entry))
+                continue
             if entry.get("state") == "terminated" or not entry.get("call_id"):
                 continue
             state, _ = modal_sdk.call_state(entry["call_id"])
@@ -133,3 +146,49 @@ class ModalProvider(Provider):
         offset, length = int(request.get("offset") or 0), int(request.get("length") or (1 << 20))
         part = data[offset:offset + length]
         return {"data_b64": base64.b64encode(part).decode(), "eof": offset + len(part) >= len(data)}
+
+    # ------------------------------------------------------------------------------------------------------ chat
+    def chat_open(self, request):
+        """Upload the adapter to the run's volume, then deploy the chat function (claimed first, like a job)."""
+        self._credentials()
+        session_id, quote = request["session_id"], request["quote"]
+        created = time.time()
+        entry = {"kind": "chat", "state": "creating", "created_at": created,
+                 "deadline_at": created + float(request["max_minutes"]) * 60.0,
+                 "rate": float(quote["usd_per_gpu_hour"]), "run_id": request["run_id"]}
+        claimed, existing = modal_sdk.claim(session_id, entry)
+        if not claimed and (existing or {}).get("state") != "terminated":
+            return {"job_id": _names(session_id)["app"], "created_at": existing["created_at"],
+                    "deadline_at": existing["deadline_at"], "attached": True}
+        modal_sdk.record(session_id, entry)  # claimed, or taking over a closed session's key
+        listing = request["adapter"]
+        volume = _names(request["run_id"])["volume"]
+        modal_sdk.upload_files(volume, listing["dir"], listing["files"], CHAT_DIR,
+                               json.dumps({"sha256": listing["sha256"], "files": listing["files"]}).encode())
+        env = {worker.RUN_ID_ENV: session_id, worker.DEADLINE_ENV: f"{entry['deadline_at']:.0f}",
+               worker.PROVIDER_ENV: "modal"}
+        modal_sdk.deploy_chat(session_id, run_id=request["run_id"], app_name=_names(session_id)["app"],
+                              image_ref=quote["image"]["ref"], gpu=quote["gpu"],
+                              timeout_s=max(60, int(float(request["max_minutes"]) * 60)), idle_s=CHAT_IDLE_S,
+                              volume=volume, env=env)
+        modal_sdk.record(session_id, {**entry, "state": "deployed"})
+        return {"job_id": _names(session_id)["app"], "created_at": created, "deadline_at": entry["deadline_at"],
+                "attached": False}
+
+    def _chat_status(self, session_id, entry):
+        state = {"deployed": "running", "creating": "pending"}.get(entry.get("state"), "terminated")
+        end = entry.get("finished_at") or time.time()
+        return {"run_id": session_id, "job_id": _names(session_id)["app"], "state": state,
+                "ready": state == "running", "uptime_s": max(0.0, end - float(entry["created_at"])),
+                "cost_per_hour": entry.get("rate", 0.0), "deadline_at": entry.get("deadline_at")}
+
+    def chat_turn(self, request):
+        self._credentials()
+        session_id = request["session_id"]
+        entry = modal_sdk.lookup(session_id)
+        if not entry or entry.get("kind") != "chat" or entry.get("state") != "deployed":
+            raise StatesetError(f"chat session {session_id} is not open on modal")
+        if time.time() >= float(entry["deadline_at"]):
+            raise StatesetError(f"chat session {session_id} is past its deadline")
+        return modal_sdk.chat_call(_names(session_id)["app"], {k: v for k, v in request.items()
+                                                              if k != "session_id"})

@@ -87,7 +87,50 @@ def call_state(call_id: str, sdk=None) -> tuple[str, str | None]:
 def cancel(call_id: str, app_name: str, sdk=None) -> None:
     modal = _modal(sdk)
     modal.FunctionCall.from_id(call_id).cancel(terminate_containers=True)
-    modal.App.lookup(app_name).stop()  # nothing of the app keeps running (or billing) afterwards
+    stop_app(app_name, sdk=sdk)
+
+
+def stop_app(app_name: str, sdk=None) -> None:
+    """Stop the app: its containers are terminated and nothing of it keeps running (or billing) afterwards."""
+    _modal(sdk).App.lookup(app_name).stop()
+
+
+def _chat_entry(request: dict) -> dict:
+    """Runs inside the container: one chat turn with the adapter the provider put on the volume."""
+    from stateset_agents.remote.chat_worker import answer_from_volume
+
+    return answer_from_volume("/artifacts/chat", request)
+
+
+def upload_files(volume: str, local_dir: str, files: list[dict], remote_dir: str, listing: bytes,
+                 sdk=None) -> None:
+    """Put `files` (paths relative to local_dir) and the listing (files.json) under remote_dir on the volume."""
+    import io
+    from pathlib import Path
+
+    vol = _modal(sdk).Volume.from_name(volume, create_if_missing=True)
+    with vol.batch_upload(force=True) as batch:
+        for entry in files:
+            batch.put_file(str(Path(local_dir) / entry["path"]), f"{remote_dir}/{entry['path']}")
+        batch.put_file(io.BytesIO(listing), f"{remote_dir}/files.json")
+
+
+def deploy_chat(session_id: str, *, run_id: str, app_name: str, image_ref: str, gpu: str, timeout_s: int,
+                idle_s: int, volume: str, env: dict, sdk=None) -> None:
+    """Deploy a one-function app answering chat turns: one container at most, gone `idle_s` after its last turn,
+    no call longer than `timeout_s`, and the container itself ends at the session's deadline."""
+    modal = _modal(sdk)
+    app = modal.App(app_name, tags={"stateset_run_id": run_id, "stateset_session": session_id})
+    vol = modal.Volume.from_name(volume, create_if_missing=True)
+    app.function(image=modal.Image.from_registry(image_ref), gpu=gpu, timeout=timeout_s, volumes={"/artifacts": vol},
+                 env=env, serialized=True, name="chat", retries=0, max_containers=1,
+                 scaledown_window=idle_s)(_chat_entry)
+    app.deploy(name=app_name)
+
+
+def chat_call(app_name: str, request: dict, sdk=None) -> dict:
+    """One turn on the deployed chat function (blocks until the reply)."""
+    return _modal(sdk).Function.from_name(app_name, "chat").remote(request)
 
 
 def read_file(volume: str, path: str, sdk=None) -> bytes:

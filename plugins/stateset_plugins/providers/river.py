@@ -10,6 +10,13 @@ goes. `status` prices that usage with the dated table the job was launched with;
 stop at the next update boundary (the session closes, and billing with it) before it falls back to killing the
 worker, whose session River then reaps when its heartbeat stops.
 
+Chat (`chat-remote`): River samples the run's own inference checkpoint (its river:// path is in the run's
+adapter/river_checkpoint.json, written when the trainer saved the adapter), in a River session tagged with the chat
+session id that this process holds; prompts are rendered with the chat template training used. A chat session is
+priced like a job: the quote is `max_turns` turns of at most the prompt limit plus `max_new_tokens` at the table's
+sampling price, each turn reserves its own worst case before it is sent, and spend is the table times the tokens
+River sampled. Closing the session ends River's billing; a client that dies stops its heartbeat, and River reaps it.
+
 Pricing: River bills usage (tokens), not hours. The quote is the job's worst-case token budget times a dated
 per-million-token price table. The plugin ships no prices of its own: until `price_table` (provider_config:
 {"as_of": DATE, "models": {BASE_MODEL: {"train_per_mtok", "sample_per_mtok"}}}) names the base model, the job
@@ -25,12 +32,13 @@ from stateset_agents.errors import InputError
 from stateset_agents.jsonio import load_json, write_json
 from stateset_agents.remote.state import state_dir
 
-from . import common
+from . import common, river_sdk
 from .local import LocalProvider
 
 KEY_ENV = "RIVER_API_KEY"
 PRICE_TABLE: dict[str, Any] = {"as_of": None, "models": {}}
 STOP_WAIT_S = 300.0  # one update and a checkpoint on River, before the worker is killed instead
+CHECKPOINT_FILE = "river_checkpoint.json"  # in a River-trained run's adapter/: {"path", "base_model", "run_id"}
 
 
 def token_budget(training: Mapping[str, Any]) -> dict[str, int]:
@@ -66,6 +74,8 @@ class RiverProvider(LocalProvider):
 
     def quote(self, plan):
         self._key()
+        if plan.get("chat"):
+            return self._chat_quote(plan)
         model = plan.get("base_model")
         if not model:
             raise InputError("river needs --base-model (a model River hosts)", field="base_model")
@@ -96,6 +106,8 @@ class RiverProvider(LocalProvider):
                                               "usage_path": str(self._job(plan["run_id"]) / "usage.json")})
 
     def status(self, run_id):
+        if self._is_chat(run_id):
+            return self._chat_status(run_id)
         status = super().status(run_id)
         job = self._job(run_id)
         if status["state"] == "missing":
@@ -116,3 +128,82 @@ class RiverProvider(LocalProvider):
                 return  # the trainer saved, closed its River session and reported
             time.sleep(0.05)
         self._kill_worker(run_id, pid)
+
+    # ------------------------------------------------------------------------------------------------------ chat
+    def _checkpoint(self, run_dir: str | Path) -> dict[str, Any]:
+        path = Path(run_dir) / "adapter" / CHECKPOINT_FILE
+        if not path.is_file():
+            raise InputError(f"the run was not trained on River (no adapter/{CHECKPOINT_FILE}); River can only chat "
+                             "with a checkpoint it holds", path=str(path))
+        return load_json(path)
+
+    def _chat_quote(self, plan):
+        from stateset_plugins.evaluators.chat import CHAT_DEFAULTS
+
+        chat = plan["chat"]
+        model = self._checkpoint(chat["run_dir"])["base_model"]
+        prices, as_of = self._prices(model)
+        per_turn = int(CHAT_DEFAULTS["max_prompt_tokens"]) + int(chat["max_new_tokens"])
+        budget = {"sample_tokens": per_turn * int(chat["max_turns"])}
+        if prices is None:
+            return common.quote("river", "hosted", None, source="river price table", **budget,
+                                reason=f"no dated River price for {model!r} (set provider_config.price_table)")
+        return common.quote("river", "hosted", usage_cost(budget, prices) / float(plan["max_hours"]),
+                            source=f"river price table as of {as_of} x {chat['max_turns']} turns of {per_turn} "
+                                   "tokens", image={"name": "river", "digest": "hosted"},
+                            turn_usd=usage_cost({"sample_tokens": per_turn}, prices), **budget)
+
+    def _open_chat(self, session_id, request, meta):
+        from stateset_plugins.evaluators.chat import CHAT_DEFAULTS
+        from stateset_plugins.trainers.data import ChatRenderer
+        from stateset_plugins.trainers.run import _hosted_tokenizer
+
+        checkpoint = self._checkpoint(request["adapter"]["dir"])
+        prices, as_of = self._prices(checkpoint["base_model"])
+        if prices is None:
+            raise InputError(f"no dated River price for {checkpoint['base_model']!r}; refusing a chat that cannot be "
+                             "priced", field="provider_config")
+        tokenizer, _ = _hosted_tokenizer(checkpoint["base_model"])
+        renderer = ChatRenderer(tokenizer, int(CHAT_DEFAULTS["max_prompt_tokens"]))
+        client = river_sdk.connect(self._key(), self.config.get("endpoint") or "api.river.ai")
+        try:
+            context, session = river_sdk.open_session(client, session_id)
+        except BaseException:
+            river_sdk.close(client)
+            raise
+
+        def close():
+            try:
+                river_sdk.close_session(context)
+            finally:
+                river_sdk.close(client)
+
+        meta.update(checkpoint=checkpoint["path"], base_model=checkpoint["base_model"], prices=prices,
+                    prices_as_of=as_of)
+        return {"close": close, "session": session, "renderer": renderer, "usage": {"sample_tokens": 0}}
+
+    def chat_turn(self, request):
+        from stateset_plugins.evaluators.chat import CHAT_DEFAULTS
+        from stateset_plugins.trainers.chat_format import content_text, parse_assistant
+
+        held, meta = self._held_chat(request)
+        renderer = held["renderer"]
+        prompt = renderer.prompt_ids(request["messages"], request.get("tools") or None)
+        decoding = {k: request.get(k) if request.get(k) is not None else CHAT_DEFAULTS[k]
+                    for k in ("temperature", "seed")}
+        groups, usage = river_sdk.sample_checkpoint(
+            held["session"], meta["base_model"], meta["checkpoint"], [prompt],
+            max_tokens=int(request.get("max_new_tokens") or meta["max_new_tokens"]),
+            temperature=float(decoding["temperature"]), seed=int(decoding["seed"]))
+        for k, v in usage.items():
+            held["usage"][k] = held["usage"].get(k, 0) + int(v)
+        write_json(self.chats_root / request["session_id"] / "usage.json", held["usage"])
+        sample = groups[0][0]
+        text = renderer.tokenizer.decode(sample["tokens"], skip_special_tokens=True)
+        message = parse_assistant(text)
+        return {"type": "completed", "message": message, "text": content_text(message.get("content")),
+                "truncated": sample["stop_reason"] == "length", "tokens": len(sample["tokens"]), "usage": usage}
+
+    def _chat_spend(self, session_id, meta):
+        path = self.chats_root / session_id / "usage.json"
+        return usage_cost(load_json(path), meta["prices"]) if path.exists() else 0.0

@@ -15,8 +15,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-#: River's client 0.16 has no checkpoint-download call: the Console's download script fetches the files over HTTPS.
-#: Its URL template ("{path}" and "{file}" are filled in) must be configured; nothing is guessed.
+#: River's client 0.16 has no checkpoint-download call (its own docs send you to the per-checkpoint download script
+#: River Console generates; `river_client.hf_export` only converts files already downloaded), so the files are
+#: fetched over HTTPS from the URL template that script uses ("{path}" and "{file}" filled in). Nothing is guessed.
+#: Chat does not need it: River samples the checkpoint where it is (`sample_checkpoint`).
 DOWNLOAD_URL_ENV = "STATESET_RIVER_DOWNLOAD_URL"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -52,17 +54,17 @@ def create_model(session: Any, base_model: str, lora_rank: int, seed: int | None
     return session.create_model(base_model=base_model, lora=_river(sdk).LoraConfig(rank=lora_rank, seed=seed))
 
 
-def _samples(groups: Any) -> tuple[list[list[dict[str, Any]]], dict[str, int]]:
-    out, sampled, prompt = [], 0, 0
-    for group in groups:
+def _samples(groups: Any, prompt_ids: list[list[int]]) -> tuple[list[list[dict[str, Any]]], dict[str, int]]:
+    out, tokens = [], 0
+    for group, prompt in zip(groups, prompt_ids):
         row = []
         for s in group:
             row.append({"tokens": [int(t) for t in s.tokens], "logprobs": [float(x) for x in s.logprobs],
                         "stop_reason": s.stop_reason})
-            sampled += len(s.tokens)
-            prompt += int(getattr(s, "prompt_tokens", 0) or 0)
+            # the prompt is billed for every sample; a Sample that does not count it is charged what was sent
+            tokens += len(s.tokens) + int(getattr(s, "prompt_tokens", None) or len(prompt))
         out.append(row)
-    return out, {"sample_tokens": sampled + prompt}
+    return out, {"sample_tokens": tokens}
 
 
 def sample(model: Any, prompt_ids: list[list[int]], *, num_samples: int, max_tokens: int, temperature: float,
@@ -70,7 +72,7 @@ def sample(model: Any, prompt_ids: list[list[int]], *, num_samples: int, max_tok
     """Sample from the live training weights; per prompt, `num_samples` of {tokens, logprobs, stop_reason}."""
     groups = model.sample(prompt_token_ids=prompt_ids, num_samples=num_samples, max_tokens=max_tokens,
                           temperature=temperature, seed=seed)
-    return _samples(groups)
+    return _samples(groups, prompt_ids)
 
 
 def sample_base(session: Any, base_model: str, prompt_ids: list[list[int]], *, max_tokens: int, temperature: float,
@@ -78,7 +80,16 @@ def sample_base(session: Any, base_model: str, prompt_ids: list[list[int]], *, m
     """Sample from the hosted base model itself (the adapter-off answers of the held-out evaluation)."""
     groups = session.sample(prompt_token_ids=prompt_ids, base_model=base_model, num_samples=1,
                             max_tokens=max_tokens, temperature=temperature, seed=seed)
-    return _samples(groups)
+    return _samples(groups, prompt_ids)
+
+
+def sample_checkpoint(session: Any, base_model: str, checkpoint: str, prompt_ids: list[list[int]], *,
+                      max_tokens: int, temperature: float, seed: int | None
+                      ) -> tuple[list[list[dict[str, Any]]], dict[str, int]]:
+    """Sample from a saved (inference) checkpoint: River loads its LoRA, generates, and unloads it (chat)."""
+    groups = session.sample(prompt_token_ids=prompt_ids, base_model=base_model, checkpoint=checkpoint,
+                            num_samples=1, max_tokens=max_tokens, temperature=temperature, seed=seed)
+    return _samples(groups, prompt_ids)
 
 
 def _usage(result: Any, data: list[dict]) -> dict[str, int]:

@@ -6,6 +6,10 @@
   carries the run id, the deadline (the worker self-terminates the pod at it, with the pod's own RUNPOD_API_KEY),
   a per-run token and the workspace bundle (so a bundle must stay under BUNDLE_LIMIT).
 * Artifacts: the worker serves /receipt and /files on port 8765 behind RunPod's HTTPS proxy, token-protected.
+* Chat (`chat-remote`): a pod named stateset-RUN_ID-chat from the same image runs the chat worker
+  (`python -m stateset_agents.remote.chat_worker pod`): the adapter is uploaded to it through the proxy in slices,
+  checked against its sha256 and installed at once; each turn is one POST /chat. The pod terminates itself at its
+  deadline, like a training pod.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from stateset_agents import Provider
@@ -34,6 +39,8 @@ DEFAULT_IMAGE = None  # no published digest yet: the config must pin one
 STORAGE_AS_OF = "2025-06-01"
 STORAGE_USD_PER_GB_MONTH = 0.10  # RunPod container/volume disk while running, from its pricing page on that date
 BUNDLE_LIMIT = 512 * 1024
+UPLOAD_SLICE = 4 << 20  # bytes per adapter upload request through the proxy
+TURN_TIMEOUT_S = 600.0
 ALIASES = {"h100": "NVIDIA H100 80GB HBM3", "h100-sxm": "NVIDIA H100 80GB HBM3", "h100-pcie": "NVIDIA H100 PCIe",
            "h200": "NVIDIA H200", "a100": "NVIDIA A100 80GB PCIe", "a100-80gb": "NVIDIA A100 80GB PCIe",
            "a100-sxm": "NVIDIA A100-SXM4-80GB", "l40s": "NVIDIA L40S", "a40": "NVIDIA A40",
@@ -51,6 +58,10 @@ def _env_dict(pod: dict[str, Any]) -> dict[str, str]:
 class RunPodProvider(Provider):
     name = "runpod"
     version = VERSION
+
+    def __init__(self, config=None):
+        super().__init__(config)
+        self._listings: dict[str, dict[str, Any]] = {}  # chat session id -> the adapter files it serves
 
     def _key(self) -> str:
         return common.require_env(KEY_ENV, how="create an API key in the RunPod console (Settings > API Keys) and "
@@ -92,33 +103,49 @@ class RunPodProvider(Provider):
         run_id = plan["run_id"]
         existing = self._find(key, run_id)
         if existing:
-            env = _env_dict(existing)
-            return {"job_id": existing["id"], "created_at": float(env.get("STATESET_CREATED_AT", 0)),
-                    "deadline_at": float(env.get(worker.DEADLINE_ENV, 0)), "attached": True}
+            return self._attached(existing)
         if len(plan["bundle"]["b64"]) > BUNDLE_LIMIT:
             raise InputError(f"the workspace bundle is {len(plan['bundle']['b64'])} bytes; runpod carries at most "
                              f"{BUNDLE_LIMIT} in the pod environment (split or shrink the dataset)", field="dataset")
         created = time.time()
         deadline = common.deadline_for(plan, created)
-        env = {worker.RUN_ID_ENV: run_id, worker.DEADLINE_ENV: f"{deadline:.0f}", "STATESET_CREATED_AT": f"{created:.0f}",
-               worker.TOKEN_ENV: secrets.token_hex(16), worker.PROVIDER_ENV: "runpod",
-               worker.BUNDLE_ENV: plan["bundle"]["b64"], worker.BUNDLE_SHA_ENV: plan["bundle"]["sha256"],
-               "STATESET_PORT": str(PORT)}
-        pod = runpod_sdk.create_pod(
-            key, name=common.resource_name(run_id), image_name=plan["image"]["ref"], gpu_type_id=plan["gpu"]["id"],
-            cloud_type=self.cloud_type, gpu_count=int(plan["gpu"]["count"]),
-            container_disk_in_gb=int(plan["config"].get("storage_gb") or 20), volume_in_gb=0,
-            ports=f"{PORT}/http", env=env, support_public_ip=False, start_ssh=False,
-            docker_args="python -m stateset_agents.remote.worker pod")
+        pod = self._create(key, run_id, created, deadline, image=plan["image"]["ref"], gpu=plan["gpu"]["id"],
+                           count=int(plan["gpu"]["count"]), disk_gb=int(plan["config"].get("storage_gb") or 20),
+                           command="python -m stateset_agents.remote.worker pod",
+                           extra={worker.BUNDLE_ENV: plan["bundle"]["b64"],
+                                  worker.BUNDLE_SHA_ENV: plan["bundle"]["sha256"]})
         return {"job_id": pod["id"], "created_at": float(f"{created:.0f}"), "deadline_at": float(f"{deadline:.0f}"),
                 "attached": False}
 
-    def _worker(self, pod: dict[str, Any], path: str) -> bytes | None:
+    def _create(self, key: str, name_id: str, created: float, deadline: float, *, image: str, gpu: str, count: int,
+                disk_gb: int, command: str, extra: dict[str, str]) -> dict[str, Any]:
+        """A pod named stateset-NAME_ID whose environment carries the id, the deadline and a fresh token."""
+        env = {worker.RUN_ID_ENV: name_id, worker.DEADLINE_ENV: f"{deadline:.0f}",
+               "STATESET_CREATED_AT": f"{created:.0f}", worker.TOKEN_ENV: secrets.token_hex(16),
+               worker.PROVIDER_ENV: "runpod", "STATESET_PORT": str(PORT), **extra}
+        return runpod_sdk.create_pod(
+            key, name=common.resource_name(name_id), image_name=image, gpu_type_id=gpu, cloud_type=self.cloud_type,
+            gpu_count=count, container_disk_in_gb=disk_gb, volume_in_gb=0, ports=f"{PORT}/http", env=env,
+            support_public_ip=False, start_ssh=False, docker_args=command)
+
+    def _attached(self, pod: dict[str, Any]) -> dict[str, Any]:
+        env = _env_dict(pod)
+        return {"job_id": pod["id"], "created_at": float(env.get("STATESET_CREATED_AT", 0)),
+                "deadline_at": float(env.get(worker.DEADLINE_ENV, 0)), "attached": True}
+
+    def _worker(self, pod: dict[str, Any], path: str, data: bytes | None = None, *, method: str | None = None,
+                timeout: float = 30.0) -> bytes | None:
         url = os.environ.get(PROXY_ENV, PROXY_DEFAULT).format(pod_id=pod["id"], port=PORT) + path
-        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {_env_dict(pod)[worker.TOKEN_ENV]}"})
+        req = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Authorization": f"Bearer {_env_dict(pod)[worker.TOKEN_ENV]}"})
         try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.read()
+        except urllib.error.HTTPError as exc:
+            if data is None:
+                return None
+            why = exc.read()[:300].decode(errors="replace")
+            raise StatesetError(f"the chat pod refused {path.split('?')[0]}: {why}") from None
         except (urllib.error.URLError, OSError, TimeoutError):
             return None  # not up yet, or gone: the pod's own state decides
 
@@ -130,13 +157,15 @@ class RunPodProvider(Provider):
         rate, uptime = float(pod.get("costPerHr") or 0.0), float(pod.get("uptimeSeconds") or 0.0)
         state = _STATE.get(pod.get("desiredStatus"), "pending")
         message = "the pod exited before the job finished" if state == "failed" else None
+        reported: dict[str, Any] = {}
         if state == "running":
             body = self._worker(pod, "/status")
             reported = json.loads(body) if body else {}
             state = reported.get("state", "running" if uptime else "pending")
             message = reported.get("message")
         return {"run_id": run_id, "job_id": pod["id"], "state": state, "message": message, "uptime_s": uptime,
-                "cost_per_hour": rate, "spend_usd": round(rate * uptime / 3600.0, 6)}
+                "cost_per_hour": rate, "spend_usd": round(rate * uptime / 3600.0, 6),
+                "ready": bool(reported.get("ready"))}
 
     def terminate(self, run_id):
         key = self._key()
@@ -176,3 +205,61 @@ class RunPodProvider(Provider):
         if data is None:
             raise StatesetError(f"run {request['run_id']}: cannot read {request['path']} from the pod")
         return {"data_b64": base64.b64encode(data).decode(), "eof": len(data) < int(request.get("length") or 1 << 20)}
+
+    # ------------------------------------------------------------------------------------------------------ chat
+    def chat_open(self, request):
+        key = self._key()
+        session_id, quote = request["session_id"], request["quote"]
+        self._listings[session_id] = request["adapter"]  # uploaded by the first turn, once the pod answers
+        existing = self._find(key, session_id)  # a lost create response: the pod is there under its name
+        if existing:
+            return self._attached(existing)
+        created = time.time()
+        deadline = created + float(request["max_minutes"]) * 60.0
+        pod = self._create(key, session_id, created, deadline, image=quote["image"]["ref"], gpu=quote["gpu"],
+                           count=1, disk_gb=int(request["storage_gb"]),
+                           command="python -m stateset_agents.remote.chat_worker pod", extra={})
+        return {"job_id": pod["id"], "created_at": float(f"{created:.0f}"), "deadline_at": float(f"{deadline:.0f}"),
+                "attached": False}
+
+    def _chat_pod(self, session_id: str) -> dict[str, Any]:
+        pod = self._find(self._key(), session_id)
+        if pod is None:
+            raise StatesetError(f"chat session {session_id}: its pod is gone")
+        return pod
+
+    def _install(self, pod: dict[str, Any], listing: dict[str, Any]) -> None:
+        """Upload the adapter in slices unless the pod already holds exactly these files, then install it."""
+        body = self._worker(pod, "/status")
+        if body and json.loads(body).get("adapter_sha256") == listing["sha256"]:
+            return
+        root = Path(listing["dir"])
+        for entry in listing["files"]:
+            with open(root / entry["path"], "rb") as f:
+                offset = 0
+                while True:
+                    part = f.read(UPLOAD_SLICE)
+                    if offset and not part:
+                        break
+                    path = f"/upload/{urllib.parse.quote(entry['path'])}?offset={offset}"
+                    if self._worker(pod, path, part, method="PUT", timeout=300) is None:
+                        raise StatesetError(f"cannot upload {entry['path']} to the chat pod")
+                    offset += len(part)
+                    if len(part) < UPLOAD_SLICE:
+                        break
+        installed = self._worker(pod, "/install", json.dumps({"sha256": listing["sha256"],
+                                                              "files": listing["files"]}).encode(), method="POST")
+        if installed is None or json.loads(installed).get("adapter_sha256") != listing["sha256"]:
+            raise StatesetError("the chat pod did not install the adapter")
+
+    def chat_turn(self, request):
+        listing = self._listings.get(request["session_id"])
+        if listing is None:
+            raise StatesetError(f"chat session {request['session_id']} was not opened by this process")
+        pod = self._chat_pod(request["session_id"])
+        self._install(pod, listing)
+        turn = {k: v for k, v in request.items() if k != "session_id"}
+        body = self._worker(pod, "/chat", json.dumps(turn).encode(), method="POST", timeout=TURN_TIMEOUT_S)
+        if body is None:
+            raise StatesetError(f"chat session {request['session_id']}: the pod did not answer")
+        return json.loads(body)

@@ -170,6 +170,9 @@ class RiverBackend:
         sdk = _sdk()
         path = sdk.save(self.model, f"adapter-{self.steps:06d}", mode="inference")
         sdk.download_checkpoint(self.api_key, path, Path(directory))
+        # where River holds these weights: `chat-remote --provider river` samples them there
+        write_json(Path(directory) / "river_checkpoint.json", {"path": path, "base_model": self.base_model,
+                                                               "run_id": self.run_id})
 
     def load_adapter(self, directory):
         """Nothing to upload: a resumed run restores River's own training checkpoint (weights and optimizer) in
