@@ -3,8 +3,12 @@ torch wheel, no vLLM, the GPU build's transformers range, then images/trainer/Do
 
 A trainer served from it handshakes, answers the image's health check, carries the kernel's labels, runs with no
 GPU request, and trains the tiny random model for two updates with the reward inside the image, writing the run to
-a host directory. Measured on the 2-core CI machine: image build 16 s warm (the kernel's layer only), about 80 s
-cold; these tests about 15 s. The GPU build itself (CUDA base, torch 2.14.0, vLLM 0.33) is not built here.
+a host directory. Measured on the 2-core CI machine: image build 16-31 s warm (the kernel's layer only), about
+80 s cold; these tests about 11 s. The GPU build itself (CUDA base, torch 2.14.0, vLLM 0.33) is not built here.
+
+images/ci/prepare records the image in a records file of its own (conftest.TRAINER_RECORDS). Recorded in the
+default records instead, it also serves every trainer and evaluator in the conformance suite: a deeper check, about
+2.5 minutes longer, run by hand with `STATESET_AGENTS_IMAGES` unset after `images build trainer --cpu`.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import time
 import pytest
 
 from stateset_agents.runtimes import load_component
-from stateset_agents.runtimes.container import LABEL
+from stateset_agents.runtimes.container import IMAGES_ENV, LABEL
 
 pytestmark = pytest.mark.container
 
@@ -51,7 +55,9 @@ def test_the_trainer_image_carries_its_labels_and_its_stack(docker_client, train
     assert (5, 16) <= (major, minor) < (5, 21)  # vLLM 0.33's range, the one the GPU build installs
 
 
-def test_a_trainer_in_its_image_is_healthy_and_trains_the_tiny_model(docker_client, trainer_image, tmp_path):
+def test_a_trainer_in_its_image_is_healthy_and_trains_the_tiny_model(docker_client, trainer_image, tmp_path,
+                                                                     monkeypatch):
+    monkeypatch.setenv(IMAGES_ENV, trainer_image["records_file"])  # the runtime picks the image from its record
     dataset = tmp_path / "curated.jsonl"
     dataset.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
     request = {"dataset": str(dataset), "reward": "gsm8k", "base_model": "tiny-random", "output": str(tmp_path / "run"),
