@@ -180,3 +180,47 @@ def test_no_daemon_says_so_and_how_to_start_one_while_other_runtimes_work(monkey
 def test_an_unknown_runtime_names_the_choices():
     with pytest.raises(StatesetError, match="inprocess, subprocess, container"):
         load_component("reward:gsm8k", runtime="kubernetes")
+
+
+def test_the_gpu_trainer_build_context_and_arguments(records, monkeypatch):
+    """`images build trainer` (the GPU build, never built here) with a stand-in daemon: what Dockerfile.gpu and the
+    role's Dockerfile receive."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from stateset_agents.cli import images_cmd
+
+    builds = []
+
+    def build(client, *, log, **kwargs):
+        ctx = kwargs.get("path")
+        files = [str(p.relative_to(ctx)) for p in Path(ctx).rglob("*")] if ctx else []
+        reqs = {name: (Path(ctx) / name).read_text()
+                for name in ("deps/requirements.txt", "wheels/requirements.txt") if name in files}
+        builds.append({"files": files, "reqs": reqs, **{k: v for k, v in kwargs.items() if k != "fileobj"}})
+        return f"sha256:{len(builds)}"
+
+    client = SimpleNamespace(images=SimpleNamespace(get=lambda _id: SimpleNamespace(attrs={"Size": 7})))
+    monkeypatch.setattr(rt, "docker_client", lambda: client)
+    monkeypatch.setattr(images_cmd, "_docker_build", build)
+    monkeypatch.setattr(images_cmd, "_components", lambda _c, _img, _role: ["reward:gsm8k", "trainer:grpo"])
+    record = images_cmd.build_image("trainer")
+    base, role, relabel = builds
+    assert base["buildargs"] == {"BASE_IMAGE": "nvidia/cuda:13.0.0-base-ubuntu24.04", "VERSION": record["version"],
+                                 "TORCH": "torch==2.14.0", "VLLM": "vllm==0.33.*",
+                                 "TRANSFORMERS": "transformers>=5.16.1,<5.21", "TORCH_INDEX_URL": "",
+                                 "OFFLINE": "0"}
+    wheel = next(f for f in base["files"] if f.startswith("wheels/stateset_agents-"))
+    assert sorted(base["files"]) == sorted(["Dockerfile", "deps", "deps/requirements.txt", "wheels", wheel,
+                                            "wheels/requirements.txt"])
+    assert base["reqs"]["deps/requirements.txt"] == ""  # the GPU stack comes from the index inside the build
+    assert role["buildargs"]["BASE_IMAGE"] == "sha256:1" and role["buildargs"]["DEVICE"] == "cuda"
+    assert role["buildargs"]["OFFLINE"] == "0" and role["reqs"]["wheels/requirements.txt"] == ""
+    assert relabel["labels"] == {"org.stateset.components": "reward:gsm8k,trainer:grpo"}
+    assert record["device"] == "cuda" and record["vllm"] == "vllm==0.33.*"
+    assert record["tag"] == f"stateset-agents-trainer:{record['version']}"
+    assert json.loads(records.read_text())["images"]["trainer"]["id"] == "sha256:3"
+    with pytest.raises(StatesetError, match="--cpu needs --base"):
+        images_cmd.build_image("trainer", cpu=True)
+    with pytest.raises(StatesetError, match="the plugins role has none"):
+        images_cmd.build_image("plugins", cpu=True)
