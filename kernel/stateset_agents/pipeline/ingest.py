@@ -158,83 +158,77 @@ def _id_digest(conv_id: str) -> bytes:
 class DigestSet:
     """A set of 16-byte digests in one flat bytearray, in constant memory per entry: a hash table of buckets of
     8 slots of 16 bytes, indexed by the digest's own first bytes (digests are uniform), probing to the next bucket
-    when one is full, doubling at 7/8 full. 18-37 bytes a digest, against ~100 for a Python set of bytes objects;
-    exact (digests are compared whole); a lookup is a few C-level `find` calls on one bucket."""
+    when one is full, doubling at 7/8 full; a byte a bucket counts its filled slots. 18-37 bytes a digest once
+    past the initial table (2 MiB, room for ~115k digests before the first doubling, which re-inserts every digest
+    one by one), against ~100 for a Python set of bytes objects; exact (digests are compared whole); a lookup is
+    one C-level `find` over the filled part of a bucket."""
 
-    _WIDTH = 8 * 16  # bytes in a bucket
-    _EMPTY = bytes(16)
+    _SLOTS = 8
+    _WIDTH = _SLOTS * 16  # bytes in a bucket
 
-    def __init__(self, buckets: int = 1 << 12):
+    def __init__(self, buckets: int = 1 << 14):
         if buckets < 1 or buckets & (buckets - 1):
             raise ValueError("the number of buckets must be a power of two")
         self._table = bytearray(buckets * self._WIDTH)
+        self._fill = bytearray(buckets)  # slots used in each bucket; they fill in order, nothing is deleted
         self._mask = buckets - 1
         self._count = 0
-        self._limit = buckets * 8 * 7 // 8
-        self._has_empty = False  # the all-zero digest, which marks an empty slot, is kept aside
+        self._limit = buckets * self._SLOTS * 7 // 8
 
     def __len__(self) -> int:
-        return self._count + self._has_empty
+        return self._count
 
     def __contains__(self, digest: bytes) -> bool:
-        return self._has_empty if digest == self._EMPTY else self._slot(digest) < 0
+        return self._probe(digest)[0]
 
     def add(self, digest: bytes) -> bool:
         """Add `digest`; False when it was already there."""
-        if digest == self._EMPTY:
-            added, self._has_empty = not self._has_empty, True
-            return added
-        free = self._slot(digest)
-        if free < 0:
+        found, bucket, end = self._probe(digest)
+        if found:
             return False
-        self._table[free:free + 16] = digest
+        self._table[end:end + 16] = digest
+        self._fill[bucket] += 1
         self._count += 1
         if self._count > self._limit:
             self._grow()
         return True
 
-    def _slot(self, digest: bytes) -> int:
-        """-1 when `digest` (not all zeros) is present, else the offset of the first free slot on its probe path."""
+    def _probe(self, digest: bytes) -> tuple[bool, int, int]:
+        """(True, ...) when `digest` is present, else (False, the bucket it goes in, its free slot's offset)."""
         if len(digest) != 16:
             raise ValueError("DigestSet holds 16-byte digests")
-        empty = self._EMPTY
-        table, width, mask = self._table, self._WIDTH, self._mask
-        bucket = int.from_bytes(digest[:8], "little") & mask
+        table, fill, width, mask = self._table, self._fill, self._WIDTH, self._mask
+        bucket = int.from_bytes(digest, "little") & mask
         while True:
             start = bucket * width
-            end = start + width
+            n = fill[bucket]
+            end = start + n * 16
             at = table.find(digest, start, end)
             while at >= 0 and (at - start) & 15:  # a match across two slots: keep looking
                 at = table.find(digest, at + 1, end)
             if at >= 0:
-                return -1
-            free = table.find(empty, start, end)
-            while free >= 0 and (free - start) & 15:
-                free = table.find(empty, free + 1, end)
-            if free >= 0:
-                return free  # a bucket with room ends the probe: no later bucket holds it (nothing is deleted)
+                return True, bucket, at
+            if n < self._SLOTS:
+                return False, bucket, end  # a bucket with room ends the probe: no later bucket holds it
             bucket = (bucket + 1) & mask
 
     def _grow(self) -> None:
-        old, empty, width = self._table, self._EMPTY, self._WIDTH
-        table = self._table = bytearray(len(old) * 2)
-        mask = self._mask = self._mask * 2 + 1
+        old, old_fill, width = self._table, self._fill, self._WIDTH
+        buckets = len(old_fill) * 2
+        table = self._table = bytearray(buckets * width)
+        fill = self._fill = bytearray(buckets)
+        mask = self._mask = buckets - 1
         self._limit *= 2
-        find = table.find
-        for offset in range(0, len(old), 16):
-            digest = old[offset:offset + 16]
-            if digest == empty:
-                continue
-            bucket = int.from_bytes(digest[:8], "little") & mask
-            while True:
-                start = bucket * width
-                free = find(empty, start, start + width)
-                while free >= 0 and (free - start) & 15:
-                    free = find(empty, free + 1, start + width)
-                if free >= 0:
-                    table[free:free + 16] = digest
-                    break
-                bucket = (bucket + 1) & mask
+        for old_bucket, n in enumerate(old_fill):
+            start = old_bucket * width
+            for offset in range(start, start + n * 16, 16):
+                digest = old[offset:offset + 16]
+                bucket = int.from_bytes(digest, "little") & mask
+                while fill[bucket] == self._SLOTS:
+                    bucket = (bucket + 1) & mask
+                at = bucket * width + fill[bucket] * 16
+                table[at:at + 16] = digest
+                fill[bucket] += 1
 
 
 def run_ingest(format: str, inputs: str | os.PathLike, output: str | os.PathLike, *, redact: bool = False,
