@@ -63,6 +63,22 @@ def _message_bits(m: Mapping[str, Any]) -> int:
 
 _WIDTH = 3  # nullable fields a message has
 
+# A plain message (text content, none of the nullable fields) as normalised JSON: a head by role, its content, a tail.
+_ROLE_HEADS = {role: b'{"role":' + dumps(role) + b',"content":'
+               for role in ("system", "developer", "user", "assistant", "tool")}
+_PLAIN_TAIL = b',"tool_calls":null,"tool_call_id":null,"name":null}'
+
+
+def _message_json(m: Mapping[str, Any]) -> tuple[bytes, int]:
+    """`dumps(normalise_message(m))` and its `_message_bits`; a plain message without building the dict."""
+    head = _ROLE_HEADS.get(m["role"])
+    content = m.get("content")
+    if (head is not None and content.__class__ is str and not m.get("tool_calls") and m.get("tool_call_id") is None
+            and m.get("name") is None):
+        return head + dumps(content) + _PLAIN_TAIL, 0
+    norm = normalise_message(m)
+    return dumps(norm), _message_bits(norm)
+
 
 # ------------------------------------------------------------------------------------------------ the split
 
@@ -138,9 +154,9 @@ class Conversation:
     def _build(self, source_path: str, source_sha256: Future) -> None:
         self._messages, self._bits = [], []
         for m in self.data["messages"]:
-            norm = normalise_message(m)
-            self._messages.append(dumps(norm))
-            self._bits.append(_message_bits(norm))
+            data, bits = _message_json(m)
+            self._messages.append(data)
+            self._bits.append(bits)
         bits = self._bits
         filled, self._prefix_bits = 0, []
         for b in bits:
