@@ -231,7 +231,9 @@ class ChatSession:
         try:
             event = dict(self.provider.chat_turn(turn))
         except Exception as exc:  # noqa: BLE001 - ended underneath us, or a failed turn the loop reports
-            if self.final is not None:
+            with self._lock:  # a watchdog terminating the session right now has set `final` once this is free
+                ended = self.final is not None
+            if ended:
                 raise SessionEnded(self._why(), self._outcome()) from None
             event = {"type": "failed", "reason": type(exc).__name__, "message": str(exc)}
         self.turns += 1

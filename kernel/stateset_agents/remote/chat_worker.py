@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..errors import StatesetError
 from ..jsonio import load_json, sha256_file, write_json
 from .artifacts import safe_relpath
 from .worker import DEADLINE_ENV, TOKEN_ENV, TokenHandler, start_server, terminate_self_at
@@ -137,7 +138,7 @@ def answer_from_volume(root: str, request: Mapping[str, Any]) -> dict[str, Any]:
             return failed(f"no adapter on the volume at {root}")
         try:
             verify(host.root / MODEL_DIR, listing)
-        except ValueError as exc:
+        except (ValueError, StatesetError) as exc:
             return failed(str(exc))
         expire_at(deadline)
         _VOLUME_HOSTS[root] = host
@@ -167,7 +168,7 @@ def serve(host: ChatHost, token: str, port: int, bind: str = "0.0.0.0"):
             try:
                 offset = int(parse_qs(url.query).get("offset", ["0"])[0])
                 host.receive(unquote(url.path[len("/upload/"):]), offset, self.body())
-            except (ValueError, OSError) as exc:
+            except (ValueError, OSError, StatesetError) as exc:  # a refusal, said to the client
                 return self._json(400, {"error": str(exc)})
             return self._json(200, {"ok": True})
 
@@ -182,7 +183,7 @@ def serve(host: ChatHost, token: str, port: int, bind: str = "0.0.0.0"):
                     return self._json(200, host.status())
                 if path == "/chat":
                     return self._json(200, host.answer(payload))
-            except (ValueError, OSError) as exc:
+            except (ValueError, OSError, StatesetError) as exc:  # a refusal, said to the client
                 return self._json(400, {"error": str(exc)})
             return self._json(404, {"error": "not found"})
 
