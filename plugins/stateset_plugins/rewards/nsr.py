@@ -133,7 +133,7 @@ class _Conversation:
     """One conversation's messages with what judging reads from them (texts, word sets, tool calls with parsed
     arguments, parsed tool results), each derived on first use and kept for the conversation's other turns."""
 
-    __slots__ = ("messages", "by_role", "_texts", "_words", "_calls", "_results")
+    __slots__ = ("messages", "by_role", "_texts", "_words", "_calls", "_results", "_holding", "_spoken")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]]):
         self.messages = messages
@@ -146,6 +146,24 @@ class _Conversation:
         self._words: dict[int, frozenset[str]] = {}
         self._calls: dict[int, list[tuple[dict[str, Any], Any]]] = {}
         self._results: dict[int, Any] = {}
+        self._holding: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+        self._spoken: dict[str, list[int]] = {}
+
+    def holding(self, role: str, words: tuple[str, ...]) -> list[int]:
+        """The indices of the messages of `role` that hold one of the phrases, in order: found once for the whole
+        conversation, so "did the user say X before turn t" is a bisect for every turn."""
+        key = (role, words)
+        found = self._holding.get(key)
+        if found is None:
+            found = self._holding[key] = [i for i in self.by_role[role] if self.says(i, words)]
+        return found
+
+    def spoken(self, role: str) -> list[int]:
+        """The indices of the messages of `role` with text (an agent's tool-call-only turns say nothing)."""
+        found = self._spoken.get(role)
+        if found is None:
+            found = self._spoken[role] = [i for i in self.by_role[role] if self.text(i).strip()]
+        return found
 
     def text(self, index: int) -> str:
         text = self._texts.get(index)
@@ -181,16 +199,12 @@ class _Context:
         self.seen = seen
         self.messages = seen.messages
         self.words = policy["words"]
-        self.functions = self._functions()
         self.decision: Mapping[str, Any] = {}
+        self._facts: dict[str, Any] = {}
+        self._evaluator = Evaluator(self._resolve, self._functions())
 
     def at(self, turn_index: int) -> "_Context":
         self.turn_index = turn_index
-        self.prefix = self.messages[:turn_index]
-        # the prefix's messages of each role (indices below the turn)
-        self._by_role = {role: indices[:bisect_left(indices, turn_index)]
-                         for role, indices in self.seen.by_role.items()}
-        self._said: dict[tuple[str, tuple[Any, ...]], bool] = {}
         return self
 
     # ------------------------------------------------------------------------------------------- decisions
@@ -211,8 +225,8 @@ class _Context:
     # ---------------------------------------------------------------------------------------------- judging
     def judge(self, rule: Mapping[str, Any], decision: Mapping[str, Any]) -> str | None:
         self.decision = decision  # what `args`, `turn_says` and the like read while this rule is judged
-        facts: dict[str, Any] = {}
-        evaluator = Evaluator(lambda name: self._resolve(name, decision, facts, evaluator), self.functions)
+        self._facts = {}  # facts are evaluated at most once per decision and rule
+        evaluator = self._evaluator
         if rule["when"] is not None:
             applies = evaluator.evaluate(rule["when"])
             if applies is UNKNOWN or not applies:
@@ -222,23 +236,25 @@ class _Context:
             return None if rule["if_unknown"] == "skip" else rule["if_unknown"]
         return "kept" if outcome else "broken"
 
-    def _resolve(self, name: str, decision: Mapping[str, Any], facts: dict[str, Any], evaluator: Evaluator) -> Any:
+    def _resolve(self, name: str) -> Any:
         if name in ("args", "call", "turn"):
-            return decision[name]
+            return self.decision[name]
         if name == "user_confirmed":
             return self._user_confirmed()
         if name in self.policy["constants"]:
             return self.policy["constants"][name]
         if name in self.policy["facts"]:
+            facts = self._facts
             if name not in facts:
                 facts[name] = UNKNOWN  # a fact that refers to itself stays unknown instead of looping
-                facts[name] = evaluator.evaluate(self.policy["facts"][name])
+                facts[name] = self._evaluator.evaluate(self.policy["facts"][name])
             return facts[name]
         raise InputError(f"policy expression uses {name!r}, which is neither a fact, a constant nor a built-in "
                          "name (args, call, turn, user_confirmed)", field="policy")
 
     def _functions(self) -> Mapping[str, Callable[..., Any]]:
-        """The context's functions, built once per turn; those about "this turn" read `self.decision`."""
+        """The context's functions, built once per conversation; those about "this turn" read `self.turn_index` and
+        `self.decision`."""
         return with_builtins({
             "result": self._result,
             "called": lambda tool: self._result(tool) is not UNKNOWN,
@@ -257,17 +273,19 @@ class _Context:
     # ------------------------------------------------------------------------------------------------ facts
     def _said_by(self, role: str, phrases_or_lists: tuple[Any, ...], every: bool) -> bool:
         """Does some message of `role` in the prefix (or, not `every`, the latest one with text) hold a phrase?"""
-        key = (role + ("*" if every else ""), phrases_or_lists)
-        found = self._said.get(key)
-        if found is None:
-            words = _expand(phrases_or_lists, self.words)
-            if every:
-                found = any(self.seen.says(i, words) for i in self._by_role[role])
-            else:
-                last = self._last_index(role)
-                found = last is not None and self.seen.says(last, words)
-            self._said[key] = found
-        return found
+        words = _expand(phrases_or_lists, self.words)
+        if every:
+            return self._holds_before(role, words)
+        holding = self.seen.holding(role, words)
+        last = self._last_index(role)
+        if last is None:
+            return False
+        position = bisect_left(holding, last)
+        return position < len(holding) and holding[position] == last
+
+    def _holds_before(self, role: str, words: tuple[str, ...]) -> bool:
+        holding = self.seen.holding(role, words)
+        return bool(holding) and holding[0] < self.turn_index
 
     def _seen(self, value: Any) -> Any:
         """Did `value` appear (word-bounded, case-insensitive) in a tool result or a user message of the prefix?
@@ -275,14 +293,13 @@ class _Context:
         if value is UNKNOWN or value is None:
             return UNKNOWN
         wanted = (str(value),)
-        return any(self.seen.says(i, wanted) for role in ("tool", "user") for i in self._by_role[role])
+        return any(self._holds_before(role, wanted) for role in ("tool", "user"))
 
     def _last_index(self, role: str) -> int | None:
-        """The latest message of `role` that says something (an agent's tool-call-only turns say nothing)."""
-        for index in reversed(self._by_role[role]):
-            if self.seen.text(index).strip():
-                return index
-        return None
+        """The latest message of `role` in the prefix that says something."""
+        spoken = self.seen.spoken(role)
+        position = bisect_left(spoken, self.turn_index)
+        return spoken[position - 1] if position else None
 
     def _user_confirmed(self) -> bool:
         """The latest user message says yes (an `affirm` word) and does not say no (`negate`) before it."""
@@ -298,11 +315,13 @@ class _Context:
         """(arguments, parsed result) of each successful call to `tool` (or any tool in a list) in the prefix whose
         arguments equal `match`, latest first. A failed call (no answer, or an error result) established nothing."""
         tools = {tool} if isinstance(tool, str) else set(tool)
-        for index in reversed(self._by_role["assistant"]):
+        assistant = self.seen.by_role["assistant"]
+        for index in reversed(assistant[:bisect_left(assistant, self.turn_index)]):
             for call, arguments in reversed(self.seen.calls(index)):
                 if call["name"] not in tools or arguments is None or not _arguments_match(arguments, match):
                     continue
-                answer = tool_result_index(self.prefix, call["id"], index + 1)
+                # the answer comes before the next assistant message, so it is in the prefix
+                answer = tool_result_index(self.messages, call["id"], index + 1)
                 if answer is None or is_error_result(self.seen.text(answer)):
                     continue
                 yield arguments, self.seen.result(answer)
