@@ -201,6 +201,7 @@ class _Context:
         self.words = policy["words"]
         self.decision: Mapping[str, Any] = {}
         self._facts: dict[str, Any] = {}
+        self._expanded: dict[tuple[Any, ...], tuple[str, ...]] = {}  # word-list names -> their phrases
         self._evaluator = Evaluator(self._resolve, self._functions())
 
     def at(self, turn_index: int) -> "_Context":
@@ -273,7 +274,9 @@ class _Context:
     # ------------------------------------------------------------------------------------------------ facts
     def _said_by(self, role: str, phrases_or_lists: tuple[Any, ...], every: bool) -> bool:
         """Does some message of `role` in the prefix (or, not `every`, the latest one with text) hold a phrase?"""
-        words = _expand(phrases_or_lists, self.words)
+        words = self._expanded.get(phrases_or_lists)
+        if words is None:
+            words = self._expanded[phrases_or_lists] = _expand(phrases_or_lists, self.words)
         if every:
             return self._holds_before(role, words)
         holding = self.seen.holding(role, words)
