@@ -18,7 +18,6 @@ and all are renamed at the end, the summary last: a killed run leaves the old ou
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import os
 import shlex
@@ -32,7 +31,7 @@ import orjson
 from .._version import __version__
 from ..components import GradeItem
 from ..errors import InputError, PluginError
-from ..jsonio import atomic_write, dumps, dumps_line, load_json, read_jsonl_lines, sha256_file
+from ..jsonio import atomic_write, dumps, dumps_line, load_json, rare_gc, read_jsonl_lines, sha256_file
 from .curated_rows import Conversation, CuratedSink, Sink, is_held_out
 from .curated_rows import decode_curated, message_text, split_key  # noqa: F401  (imported from here by others)
 
@@ -199,7 +198,7 @@ def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.Pa
     out.mkdir(parents=True, exist_ok=True)
 
     with load_component(reward, kind="reward", config=config, runtime=runtime) as grader, \
-            ThreadPoolExecutor(1) as hasher, _rare_gc():
+            ThreadPoolExecutor(1) as hasher, rare_gc():
         # hashlib releases the GIL on large blocks, so the input's digest costs no time beside the parsing.
         input_sha = hasher.submit(sha256_file, src)
         identity = grader.identity()
@@ -242,18 +241,6 @@ def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.Pa
             next_file.write(render_next_steps(summary))
             summary_file.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
     return summary
-
-
-@contextlib.contextmanager
-def _rare_gc() -> Iterator[None]:
-    """Parsed conversations are trees: reference counting frees them, and the cyclic collector's young-generation
-    passes (every 700 allocations by default) find nothing but cost ~15% of the run. Collect less often meanwhile."""
-    before = gc.get_threshold()
-    gc.set_threshold(50_000, *before[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
 
 
 def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, threshold: float, fraction: float,

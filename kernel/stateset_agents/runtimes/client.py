@@ -165,27 +165,38 @@ class RemoteReward(_RemoteMixin, Reward):
         return _rows(reply)
 
     def grade_many(self, batches: Iterable[list[GradeItem]], *, in_flight: int = 4) -> Iterator[list[dict]]:
-        """Pipelined: up to `in_flight` batches on one stream, so our encoding overlaps the plugin's grading."""
-        window = threading.Semaphore(in_flight)
-        failure: list[BaseException] = []
+        """Pipelined: up to `in_flight` batches on one stream, so the plugin grades while we read on.
+
+        The caller's thread pulls the batches (parsing them, for `improve`) and encodes the requests; gRPC's sending
+        thread only takes them from a queue. Pulling them in gRPC's thread instead made two of our threads take
+        turns on the GIL for every batch, which cost more CPU than the grading it moved out."""
+        outbox: queue.Queue = queue.Queue()
+        end = object()
 
         def requests():
-            for i, batch in enumerate(batches):
-                window.acquire()
-                if failure:
-                    return
-                yield self._request(batch, batch_id=i)
+            while (req := outbox.get()) is not end:
+                yield req
 
         call = self._stub.GradeStream(requests(), metadata=self.conn.metadata)
+        pending = 0
         try:
-            for reply in call:
-                window.release()
-                yield _rows(reply)
+            source = iter(batches)
+            for i, batch in enumerate(source):
+                outbox.put(self._request(batch, batch_id=i))
+                pending += 1
+                if pending >= in_flight:
+                    yield _rows(next(call))
+                    pending -= 1
+            outbox.put(end)
+            for _ in range(pending):
+                yield _rows(next(call))
         except grpc.RpcError as exc:
-            failure.append(exc)
-            window.release()
             raise self.conn.explain("Reward.GradeStream", exc) from None
+        except StopIteration:
+            raise PluginError(self.full_name, "Reward.GradeStream",
+                              f"the stream ended with {pending} batches unanswered") from None
         finally:
+            outbox.put(end)
             call.cancel()
 
 
