@@ -106,6 +106,17 @@ class GradeItem:
     raw_json: bytes | None = None
 
 
+class GradeRows(list):
+    """Grade rows as an out-of-process reward sent them, with `jsonl`: the rows as compact JSON lines, byte for byte
+    what `dumps_line` makes of each row, so they are written on without being encoded again."""
+
+    __slots__ = ("jsonl",)
+
+    def __init__(self, rows: Iterable[dict[str, Any]], jsonl: bytes):
+        super().__init__(rows)
+        self.jsonl = jsonl
+
+
 def assistant_turns(conversation: Mapping[str, Any]) -> list[int]:
     return [i for i, m in enumerate(conversation.get("messages") or ()) if m.get("role") == "assistant"]
 

@@ -77,6 +77,44 @@ def test_same_results_in_process_and_out_of_process():
         assert isinstance(remote, type(local).__mro__[1])  # both are stateset_agents.Reward
 
 
+def test_batches_travel_as_jsonl_where_the_server_lists_it_and_as_items_where_it_does_not():
+    """The JSONL fast path (conversations and grades as one bytes field a batch) gives the rows the typed path
+    gives; a server that does not list the feature (an older one) is sent items, and replies as it can."""
+    from stateset_agents.jsonio import dumps_line
+    from stateset_agents.runtimes import wire
+
+    raw = b'{"id": "r1", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "yy"}]}'
+    items = [GradeItem(conv("x" * n, f"c{n}")) for n in (0, 5, 20)] + [GradeItem(conv("yy", "r1"), raw_json=raw)]
+    with load_component("reward:test_length", config={"target": 30}) as local, \
+            load_component("reward:test_length", config={"target": 30}, runtime="subprocess") as remote:
+        assert wire.CONVERSATIONS_JSONL in remote.features
+        assert remote._request(items).conversations_jsonl.count(b"\n") == len(items)
+        expected = local.grade(items)
+        rows = remote.grade(items)
+        assert rows == expected and rows.jsonl == b"".join(map(dumps_line, expected))
+        # Explicit turns are not expressible as JSONL lines: they go as items.
+        assert not remote._request([GradeItem(conv("zz"), turns=[1])]).conversations_jsonl
+        # A malformed batch is the caller's error, named as such.
+        for body, why in ((b'{"id": "a"}', "end with a newline"), (b"[1]\n", "not a JSON object"),
+                          (b"{\n", "not JSON")):
+            req = remote._request([])
+            req.conversations_jsonl = body
+            with pytest.raises(PluginError, match=why):
+                remote.conn.unary("Reward.Grade", remote._stub.Grade, req)
+        remote.features = frozenset()
+        assert not remote._request(items).items[0].HasField("conversation")  # JSON bytes, not typed
+        assert remote.grade(items) == expected
+
+
+def test_a_jsonl_reply_that_is_not_one_row_a_line_fails_closed():
+    from stateset_agents.runtimes.client import _jsonl_rows
+
+    assert _jsonl_rows(b'{"a":1}\n{"b":"x\\ny"}\n', "reward:r", "Reward.Grade") == [{"a": 1}, {"b": "x\ny"}]
+    for bad in (b'{"a":1}', b'{"a":1},{"b":2}\n', b'{"a":\n1}\n', b"\n", b'{"a":1}\n\n'):
+        with pytest.raises(PluginError, match="reward:r.*Reward.Grade.*grades_jsonl"):
+            _jsonl_rows(bad, "reward:r", "Reward.Grade")
+
+
 def test_config_travels_in_the_request_and_is_validated_by_the_plugin():
     with load_component("reward:test_length", config={"target": 0}, runtime="subprocess") as remote:
         with pytest.raises(PluginError, match="Reward.Grade.*target"):

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from stateset_agents.contracts import common_pb2 as stateset__agents_dot_contracts_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&stateset_agents/contracts/plugin.proto\x12\x12stateset.agents.v1\x1a&stateset_agents/contracts/common.proto\"\x14\n\x12GetMetadataRequest\"\x91\x01\n\x08Metadata\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x04 \x03(\t\x12\x19\n\x11\x63ontract_versions\x18\x05 \x03(\x05\x12\x0f\n\x07package\x18\x06 \x01(\t\x12\x16\n\x0ekernel_version\x18\x07 \x01(\t\"\x11\n\x0fShutdownRequest\"\x0f\n\rShutdownReply2\xff\x01\n\x06Plugin\x12S\n\x0bGetMetadata\x12&.stateset.agents.v1.GetMetadataRequest\x1a\x1c.stateset.agents.v1.Metadata\x12R\n\x08Shutdown\x12#.stateset.agents.v1.ShutdownRequest\x1a!.stateset.agents.v1.ShutdownReply\x12L\n\x06\x43\x61ncel\x12!.stateset.agents.v1.CancelRequest\x1a\x1f.stateset.agents.v1.CancelReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&stateset_agents/contracts/plugin.proto\x12\x12stateset.agents.v1\x1a&stateset_agents/contracts/common.proto\"\x14\n\x12GetMetadataRequest\"\xa3\x01\n\x08Metadata\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x14\n\x0c\x63\x61pabilities\x18\x04 \x03(\t\x12\x19\n\x11\x63ontract_versions\x18\x05 \x03(\x05\x12\x0f\n\x07package\x18\x06 \x01(\t\x12\x16\n\x0ekernel_version\x18\x07 \x01(\t\x12\x10\n\x08\x66\x65\x61tures\x18\x08 \x03(\t\"\x11\n\x0fShutdownRequest\"\x0f\n\rShutdownReply2\xff\x01\n\x06Plugin\x12S\n\x0bGetMetadata\x12&.stateset.agents.v1.GetMetadataRequest\x1a\x1c.stateset.agents.v1.Metadata\x12R\n\x08Shutdown\x12#.stateset.agents.v1.ShutdownRequest\x1a!.stateset.agents.v1.ShutdownReply\x12L\n\x06\x43\x61ncel\x12!.stateset.agents.v1.CancelRequest\x1a\x1f.stateset.agents.v1.CancelReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,11 +35,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETMETADATAREQUEST']._serialized_start=102
   _globals['_GETMETADATAREQUEST']._serialized_end=122
   _globals['_METADATA']._serialized_start=125
-  _globals['_METADATA']._serialized_end=270
-  _globals['_SHUTDOWNREQUEST']._serialized_start=272
-  _globals['_SHUTDOWNREQUEST']._serialized_end=289
-  _globals['_SHUTDOWNREPLY']._serialized_start=291
-  _globals['_SHUTDOWNREPLY']._serialized_end=306
-  _globals['_PLUGIN']._serialized_start=309
-  _globals['_PLUGIN']._serialized_end=564
+  _globals['_METADATA']._serialized_end=288
+  _globals['_SHUTDOWNREQUEST']._serialized_start=290
+  _globals['_SHUTDOWNREQUEST']._serialized_end=307
+  _globals['_SHUTDOWNREPLY']._serialized_start=309
+  _globals['_SHUTDOWNREPLY']._serialized_end=324
+  _globals['_PLUGIN']._serialized_start=327
+  _globals['_PLUGIN']._serialized_end=582
 # @@protoc_insertion_point(module_scope)

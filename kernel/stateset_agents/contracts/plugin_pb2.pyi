@@ -12,7 +12,7 @@ class GetMetadataRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Metadata(_message.Message):
-    __slots__ = ("kind", "name", "version", "capabilities", "contract_versions", "package", "kernel_version")
+    __slots__ = ("kind", "name", "version", "capabilities", "contract_versions", "package", "kernel_version", "features")
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class Metadata(_message.Message):
     CONTRACT_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     PACKAGE_FIELD_NUMBER: _ClassVar[int]
     KERNEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FEATURES_FIELD_NUMBER: _ClassVar[int]
     kind: str
     name: str
     version: str
@@ -27,7 +28,8 @@ class Metadata(_message.Message):
     contract_versions: _containers.RepeatedScalarFieldContainer[int]
     package: str
     kernel_version: str
-    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., version: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ..., contract_versions: _Optional[_Iterable[int]] = ..., package: _Optional[str] = ..., kernel_version: _Optional[str] = ...) -> None: ...
+    features: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., version: _Optional[str] = ..., capabilities: _Optional[_Iterable[str]] = ..., contract_versions: _Optional[_Iterable[int]] = ..., package: _Optional[str] = ..., kernel_version: _Optional[str] = ..., features: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ShutdownRequest(_message.Message):
     __slots__ = ()

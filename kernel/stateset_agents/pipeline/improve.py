@@ -285,7 +285,9 @@ def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, thres
         expected = sum(len(conv.turns) for conv in batch)
         if len(rows) != expected:
             raise PluginError(who, "grade", f"returned {len(rows)} grades for {expected} assistant turns")
-        graded.add(b"".join(map(dumps_line, rows)), len(rows))  # a bad row below fails the run: nothing is kept
+        # A bad row below fails the run: nothing is kept. Rows that came as JSONL (an out-of-process reward's) are
+        # written as they came: the same bytes as encoding them here.
+        graded.add(getattr(rows, "jsonl", None) or b"".join(map(dumps_line, rows)), len(rows))
         c["turns_graded"] += len(rows)
         rows_iter = iter(rows)
         for conv in batch:

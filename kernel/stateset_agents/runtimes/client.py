@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import grpc
 import orjson
 
-from ..components import Evaluator, GradeItem, Ingestor, Provider, Reject, Reward, Source, Trainer
+from ..components import Evaluator, GradeItem, GradeRows, Ingestor, Provider, Reject, Reward, Source, Trainer
 from ..contracts import (common_pb2, evaluator_pb2, evaluator_pb2_grpc, ingestor_pb2, ingestor_pb2_grpc,
                          plugin_pb2, plugin_pb2_grpc, provider_pb2, provider_pb2_grpc, reward_pb2,
                          reward_pb2_grpc, trainer_pb2, trainer_pb2_grpc)
@@ -123,6 +123,7 @@ class _RemoteMixin:
         self.name, self.version = meta.name, meta.version
         self.capabilities = tuple(meta.capabilities)
         self.contract_versions = tuple(meta.contract_versions)
+        self.features = frozenset(meta.features)
         self.conn = conn
         self.pid = conn.process.pid if conn.process is not None else None
         self._config_pb = convert.config_to_proto(self.config, self.config_sha256)
@@ -135,10 +136,40 @@ def _is_heartbeat_event(msg) -> bool:
     return msg.type == "heartbeat"
 
 
-def _rows(reply: reward_pb2.GradeReply) -> list[dict[str, Any]]:
+def _rows(reply: reward_pb2.GradeReply, who: str, call: str) -> list[dict[str, Any]]:
+    if reply.grades_jsonl:
+        return _jsonl_rows(reply.grades_jsonl, who, call)
     if reply.grades_json:
         return orjson.loads(reply.grades_json)
     return [convert.grade_from_proto(g) for g in reply.grades]
+
+
+def _jsonl_rows(data: bytes, who: str, call: str) -> GradeRows:
+    """The rows of a `grades_jsonl` reply, parsed in one call (its newlines become the commas of an array: JSON text
+    holds no raw newline inside a value), keeping the bytes to write on. One row a line, or it is refused: more
+    values than lines would write a line with two rows."""
+    bad = None
+    if not data.endswith(b"\n"):
+        bad = "does not end with a newline"
+    else:
+        try:
+            rows = orjson.loads(b"[" + data[:-1].replace(b"\n", b",") + b"]")
+        except orjson.JSONDecodeError as exc:
+            bad = f"is not one JSON value a line ({exc})"
+        else:
+            if len(rows) != data.count(b"\n"):
+                bad = "holds more than one value on a line"
+    if bad:
+        raise PluginError(who, call, f"the grades_jsonl reply {bad}")
+    return GradeRows(rows, data)
+
+
+def _jsonl_line(item: GradeItem) -> bytes:
+    """The item's conversation as one JSONL line: the line as read where it is one line, else encoded."""
+    raw = item.raw_json
+    if raw is not None and raw.find(b"\n") in (-1, len(raw) - 1):
+        return raw if raw.endswith(b"\n") else raw + b"\n"
+    return orjson.dumps(item.conversation, option=orjson.OPT_APPEND_NEWLINE)
 
 
 class RemoteReward(_RemoteMixin, Reward):
@@ -150,7 +181,12 @@ class RemoteReward(_RemoteMixin, Reward):
         self._stub = reward_pb2_grpc.RewardStub(conn.channel)
 
     def _request(self, items: Iterable[GradeItem], batch_id: int = 0) -> reward_pb2.GradeRequest:
-        req = reward_pb2.GradeRequest(config=self._config_pb, batch_id=batch_id, json_replies=True)
+        req = reward_pb2.GradeRequest(config=self._config_pb, batch_id=batch_id, json_replies=True,
+                                      jsonl_replies=True)
+        items = list(items)
+        if wire.CONVERSATIONS_JSONL in self.features and all(item.turns is None for item in items):
+            req.conversations_jsonl = b"".join(map(_jsonl_line, items))
+            return req
         for item in items:
             pb = req.items.add()
             pb.conversation_json = item.raw_json or orjson.dumps(item.conversation)
@@ -162,7 +198,7 @@ class RemoteReward(_RemoteMixin, Reward):
 
     def grade(self, items: Iterable[GradeItem]) -> list[dict[str, Any]]:
         reply = self.conn.unary("Reward.Grade", self._stub.Grade, self._request(items))
-        return _rows(reply)
+        return _rows(reply, self.full_name, "Reward.Grade")
 
     def grade_many(self, batches: Iterable[list[GradeItem]], *, in_flight: int = 4) -> Iterator[list[dict]]:
         """Pipelined: up to `in_flight` batches on one stream, so the plugin grades while we read on.
@@ -185,11 +221,11 @@ class RemoteReward(_RemoteMixin, Reward):
                 outbox.put(self._request(batch, batch_id=i))
                 pending += 1
                 if pending >= in_flight:
-                    yield _rows(next(call))
+                    yield _rows(next(call), self.full_name, "Reward.GradeStream")
                     pending -= 1
             outbox.put(end)
             for _ in range(pending):
-                yield _rows(next(call))
+                yield _rows(next(call), self.full_name, "Reward.GradeStream")
         except grpc.RpcError as exc:
             raise self.conn.explain("Reward.GradeStream", exc) from None
         except StopIteration:

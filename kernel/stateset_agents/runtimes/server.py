@@ -30,7 +30,7 @@ from ..contracts import (CONTRACT_VERSIONS, common_pb2, evaluator_pb2_grpc, inge
                          plugin_pb2, plugin_pb2_grpc, provider_pb2, provider_pb2_grpc, reward_pb2,
                          reward_pb2_grpc, trainer_pb2_grpc)
 from ..errors import InputError, StatesetError
-from ..jsonio import rare_gc
+from ..jsonio import dumps_line, rare_gc
 from ..registry import ComponentSpec
 from . import convert, wire
 
@@ -175,7 +175,7 @@ class PluginServicer(plugin_pb2_grpc.PluginServicer):
         s = self.host.spec
         return plugin_pb2.Metadata(kind=s.kind, name=s.name, version=s.version, capabilities=list(s.capabilities),
                                    contract_versions=list(CONTRACT_VERSIONS), package=s.package,
-                                   kernel_version=__version__)
+                                   kernel_version=__version__, features=wire.FEATURES.get(s.kind, ()))
 
     def Shutdown(self, request, context):
         self.stop.set()
@@ -193,10 +193,17 @@ class RewardServicer(reward_pb2_grpc.RewardServicer):
 
     def _grade_one(self, request) -> reward_pb2.GradeReply:
         reward = self.host.component(request.config)
-        items = [GradeItem(orjson.loads(it.conversation_json) if it.conversation_json
-                           else convert.conversation_from_proto(it.conversation),
-                           None if it.all_assistant_turns else list(it.turns)) for it in request.items]
+        if request.conversations_jsonl:
+            if request.items:
+                raise InputError("a batch comes as items or as conversations_jsonl, not both")
+            items = _jsonl_items(request.conversations_jsonl)
+        else:
+            items = [GradeItem(orjson.loads(it.conversation_json) if it.conversation_json
+                               else convert.conversation_from_proto(it.conversation),
+                               None if it.all_assistant_turns else list(it.turns)) for it in request.items]
         rows = reward.grade(items)
+        if request.jsonl_replies:  # the lines the kernel writes to graded.jsonl, encoded once, here
+            return reward_pb2.GradeReply(grades_jsonl=b"".join(map(dumps_line, rows)), batch_id=request.batch_id)
         if request.json_replies:
             return reward_pb2.GradeReply(grades_json=orjson.dumps(rows), batch_id=request.batch_id)
         return reward_pb2.GradeReply(grades=[convert.grade_to_proto(r) for r in rows], batch_id=request.batch_id)
@@ -207,6 +214,23 @@ class RewardServicer(reward_pb2_grpc.RewardServicer):
     def _grade_stream(self, request_iterator, context):
         for request in request_iterator:
             yield self._grade_one(request)
+
+
+def _jsonl_items(data: bytes) -> list[GradeItem]:
+    """A `conversations_jsonl` batch: every line a conversation object, the last one ended by a newline."""
+    lines = data.split(b"\n")
+    if lines.pop():
+        raise InputError("conversations_jsonl must end with a newline")
+    items = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            conversation = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise InputError(f"line {number} of conversations_jsonl is not JSON: {exc}") from None
+        if not isinstance(conversation, dict):
+            raise InputError(f"line {number} of conversations_jsonl is not a JSON object")
+        items.append(GradeItem(conversation))
+    return items
 
 
 class IngestorServicer(ingestor_pb2_grpc.IngestorServicer):

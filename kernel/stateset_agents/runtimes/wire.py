@@ -7,6 +7,9 @@ PROTOCOL = "stateset-plugin"
 TOKEN_ENV = "STATESET_PLUGIN_TOKEN"
 PARENT_PID_ENV = "STATESET_PLUGIN_PARENT_PID"
 HEALTH_SERVICE = "plugin"
+#: Optional fast paths a server lists in Metadata.features, by component kind: a client uses one only when listed.
+CONVERSATIONS_JSONL = "reward.conversations_jsonl"
+FEATURES = {"reward": (CONVERSATIONS_JSONL,)}
 AUTH_HEADER = "authorization"
 
 #: Set explicitly on both ends: large batches of conversations must fit, unbounded ones must not.
