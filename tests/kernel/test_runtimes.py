@@ -243,3 +243,15 @@ def test_serve_without_a_token_explains_and_exits_non_zero():
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode != 0
     assert "started by the kernel" in out.stderr
+
+
+def test_the_launchers_light_entry_point_refuses_as_plugin_serve_does():
+    entry = [sys.executable, "-m", "stateset_agents.runtimes.serve"]
+    env = {k: v for k, v in os.environ.items() if k != "STATESET_PLUGIN_TOKEN"}
+    out = subprocess.run([*entry, "reward:test_length"], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode != 0 and "started by the kernel" in out.stderr
+    out = subprocess.run([*entry, "reward:test_unavailable"], capture_output=True, text=True, timeout=60,
+                         env={**env, "STATESET_PLUGIN_TOKEN": "t"})
+    assert out.returncode != 0 and "pip install no-such-module-xyz" in out.stderr and "Traceback" not in out.stderr
+    with pytest.raises(PluginError, match="pip install no-such-module-xyz"):
+        launch_subprocess(get_registry().resolve("reward:test_unavailable"))

@@ -1,4 +1,5 @@
-"""The subprocess runtime: start `stateset-agents plugin serve KIND:NAME`, read its handshake, connect, verify.
+"""The subprocess runtime: start `stateset-agents plugin serve KIND:NAME` (through its light entry point,
+`runtimes/serve.py`), read its handshake, connect, verify.
 
 Like go-plugin: a fresh token per launch in the environment, one JSON handshake line on stdout, the contract
 version negotiated before any work, and the child tied to us (it reads our end of its stdin and exits at EOF).
@@ -131,7 +132,7 @@ def launch_subprocess(spec: ComponentSpec, *, config: Mapping[str, Any] | None =
     env = dict(os.environ)
     env[wire.TOKEN_ENV] = token
     env[wire.PARENT_PID_ENV] = str(os.getpid())
-    argv = argv or [sys.executable, "-m", "stateset_agents", "plugin", "serve", spec.full_name]
+    argv = argv or [sys.executable, "-m", "stateset_agents.runtimes.serve", spec.full_name]  # `plugin serve`, lighter
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, start_new_session=True)
     out = PluginOutput(spec.full_name, proc, proc.stdout, proc.stderr, lambda: _stop_child(proc))
