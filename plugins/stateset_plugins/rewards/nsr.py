@@ -8,6 +8,7 @@ in the turn is kept or broken, and the score is the kept share (by weight). The 
 from __future__ import annotations
 
 import re
+import threading
 from bisect import bisect_left
 from typing import Any, Callable, Mapping, Sequence
 
@@ -47,14 +48,20 @@ class NSRReward(Reward):
         self.policy = policy
 
         self._rules_by_call: dict[str, list[dict[str, Any]]] = {}
+        self._contexts = threading.local()  # one context per thread, reused conversation after conversation
+
+    def _context(self, conversation: Mapping[str, Any]) -> "_Context":
+        context = getattr(self._contexts, "context", None)
+        if context is None:
+            context = self._contexts.context = _Context(self.policy)
+        return context.start(_Conversation(conversation.get("messages") or []))
 
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
-        context = _Context(self.policy, _Conversation(conversation.get("messages") or []))
-        return self._grade(context.at(turn_index))
+        return self._grade(self._context(conversation).at(turn_index))
 
     def grade_conversation(self, conversation: Mapping[str, Any], turns) -> list[TurnGrade]:
-        # texts, calls, results and the context's functions: derived once for all the conversation's turns
-        context = _Context(self.policy, _Conversation(conversation.get("messages") or []))
+        # texts, calls and results are derived once for all the conversation's turns
+        context = self._context(conversation)
         return [self._grade(context.at(t)) for t in turns]
 
     def _rules_for(self, decision: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -192,17 +199,21 @@ class _Conversation:
 
 class _Context:
     """Facts visible at one assistant turn (`at`): the prefix only (plus, for calls, whether they errored). One
-    context serves a conversation's turns in turn, so its function table is built once."""
+    context serves one thread's conversations (`start`) and their turns in turn, so its function table and the
+    expansions of word-list names are built once."""
 
-    def __init__(self, policy: Mapping[str, Any], seen: _Conversation):
+    def __init__(self, policy: Mapping[str, Any]):
         self.policy = policy
-        self.seen = seen
-        self.messages = seen.messages
         self.words = policy["words"]
         self.decision: Mapping[str, Any] = {}
         self._facts: dict[str, Any] = {}
         self._expanded: dict[tuple[Any, ...], tuple[str, ...]] = {}  # word-list names -> their phrases
         self._evaluator = Evaluator(self._resolve, self._functions())
+
+    def start(self, seen: _Conversation) -> "_Context":
+        self.seen = seen
+        self.messages = seen.messages
+        return self
 
     def at(self, turn_index: int) -> "_Context":
         self.turn_index = turn_index
@@ -266,7 +277,7 @@ class _Context:
             "user_said_last": lambda *p: self._said_by("user", p, every=False),
             "agent_said": lambda *p: self._said_by("assistant", p, every=True),
             "agent_said_last": lambda *p: self._said_by("assistant", p, every=False),
-            "turn_says": lambda *p: self.seen.says(self.turn_index, _expand(p, self.words)),
+            "turn_says": lambda *p: self.seen.says(self.turn_index, self._expand(p)),
             "turn_matches": lambda pattern: _regex_matches(pattern, self.decision["text"]),
             "seen": self._seen,
         })
@@ -274,9 +285,7 @@ class _Context:
     # ------------------------------------------------------------------------------------------------ facts
     def _said_by(self, role: str, phrases_or_lists: tuple[Any, ...], every: bool) -> bool:
         """Does some message of `role` in the prefix (or, not `every`, the latest one with text) hold a phrase?"""
-        words = self._expanded.get(phrases_or_lists)
-        if words is None:
-            words = self._expanded[phrases_or_lists] = _expand(phrases_or_lists, self.words)
+        words = self._expand(phrases_or_lists)
         if every:
             return self._holds_before(role, words)
         holding = self.seen.holding(role, words)
@@ -285,6 +294,12 @@ class _Context:
             return False
         position = bisect_left(holding, last)
         return position < len(holding) and holding[position] == last
+
+    def _expand(self, phrases_or_lists: tuple[Any, ...]) -> tuple[str, ...]:
+        words = self._expanded.get(phrases_or_lists)
+        if words is None:
+            words = self._expanded[phrases_or_lists] = _expand(phrases_or_lists, self.words)
+        return words
 
     def _holds_before(self, role: str, words: tuple[str, ...]) -> bool:
         holding = self.seen.holding(role, words)
