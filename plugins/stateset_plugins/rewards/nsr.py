@@ -140,7 +140,8 @@ class _Conversation:
     """One conversation's messages with what judging reads from them (texts, word sets, tool calls with parsed
     arguments, parsed tool results), each derived on first use and kept for the conversation's other turns."""
 
-    __slots__ = ("messages", "by_role", "_texts", "_words", "_calls", "_results", "_holding", "_spoken")
+    __slots__ = ("messages", "by_role", "_texts", "_words", "_calls", "_results", "_holding", "_spoken",
+                 "_successful")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]]):
         self.messages = messages
@@ -155,6 +156,23 @@ class _Conversation:
         self._results: dict[int, Any] = {}
         self._holding: dict[tuple[str, tuple[str, ...]], list[int]] = {}
         self._spoken: dict[str, list[int]] = {}
+        self._successful: list[tuple[int, str, dict[str, Any], int]] | None = None
+
+    def successful_calls(self) -> list[tuple[int, str, dict[str, Any], int]]:
+        """(assistant index, tool name, parsed arguments, answer index) of every call that got a non-error answer,
+        in conversation order. A call's answer comes before the next assistant message, so it is in the prefix of
+        every later turn."""
+        if self._successful is None:
+            made = []
+            for index in self.by_role["assistant"]:
+                for call, arguments in self.calls(index):
+                    if arguments is None:
+                        continue
+                    answer = tool_result_index(self.messages, call["id"], index + 1)
+                    if answer is not None and not is_error_result(self.text(answer)):
+                        made.append((index, call["name"], arguments, answer))
+            self._successful = made
+        return self._successful
 
     def holding(self, role: str, words: tuple[str, ...]) -> list[int]:
         """The indices of the messages of `role` that hold one of the phrases, in order: found once for the whole
@@ -333,15 +351,9 @@ class _Context:
         """(arguments, parsed result) of each successful call to `tool` (or any tool in a list) in the prefix whose
         arguments equal `match`, latest first. A failed call (no answer, or an error result) established nothing."""
         tools = {tool} if isinstance(tool, str) else set(tool)
-        assistant = self.seen.by_role["assistant"]
-        for index in reversed(assistant[:bisect_left(assistant, self.turn_index)]):
-            for call, arguments in reversed(self.seen.calls(index)):
-                if call["name"] not in tools or arguments is None or not _arguments_match(arguments, match):
-                    continue
-                # the answer comes before the next assistant message, so it is in the prefix
-                answer = tool_result_index(self.messages, call["id"], index + 1)
-                if answer is None or is_error_result(self.seen.text(answer)):
-                    continue
+        made = self.seen.successful_calls()
+        for index, name, arguments, answer in reversed(made[:bisect_left(made, (self.turn_index,))]):
+            if name in tools and _arguments_match(arguments, match):
                 yield arguments, self.seen.result(answer)
 
     def _result(self, tool: str | Sequence[str], _want: str = "result", **match: Any) -> Any:
