@@ -256,12 +256,12 @@ class _Context:
     def judge(self, rule: Mapping[str, Any], decision: Mapping[str, Any]) -> str | None:
         self.decision = decision  # what `args`, `turn_says` and the like read while this rule is judged
         self._facts = {}  # facts are evaluated at most once per decision and rule
-        evaluator = self._evaluator
+        evaluator = self._evaluator  # at the top level no comprehension variable is in scope: run directly
         if rule["when"] is not None:
-            applies = evaluator.evaluate(rule["when"])
+            applies = rule["when"].run(evaluator)
             if applies is UNKNOWN or not applies:
                 return None
-        outcome = evaluator.evaluate(rule["require"])
+        outcome = rule["require"].run(evaluator)
         if outcome is UNKNOWN:
             return None if rule["if_unknown"] == "skip" else rule["if_unknown"]
         return "kept" if outcome else "broken"
