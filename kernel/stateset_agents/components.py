@@ -68,8 +68,16 @@ class Component:
         self.close()
 
 
+#: Schema keywords that an empty configuration ({}) always satisfies when the schema says it is an object.
+_EMPTY_OK = frozenset({"type", "properties", "additionalProperties", "description", "title", "$schema", "$id",
+                       "$defs", "definitions", "examples", "default"})
+
+
 def _validate_config(component: Component, config: Mapping[str, Any]) -> None:
-    import jsonschema  # light, but only needed when a schema is declared
+    schema = component.config_schema
+    if not config and schema.get("type", "object") == "object" and set(schema) <= _EMPTY_OK:
+        return  # nothing to check; importing jsonschema (~60 ms) would only delay the first grade
+    import jsonschema  # only needed when there is something to check
 
     validator = jsonschema.Draft202012Validator(component.config_schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.path))
