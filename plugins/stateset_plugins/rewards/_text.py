@@ -7,6 +7,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
+import orjson
+
 
 def message_text(message: Mapping[str, Any]) -> str:
     """The visible text of a message: `content` as a string, the text parts of a list, or "" for None."""
@@ -45,7 +47,7 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     if not isinstance(raw, str):
         return None, f"arguments are a {type(raw).__name__}, not a JSON string"
     try:
-        value = json.loads(raw)
+        value = _loads(raw)
     except ValueError as exc:
         return None, f"arguments are not valid JSON ({exc.msg})"
     if not isinstance(value, dict):
@@ -53,10 +55,25 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
     return value, None
 
 
+_LONG_DIGITS = re.compile(r"\d{19}")
+
+
+def _loads(text: str) -> Any:
+    """`json.loads`, through orjson where that gives the same value (it is several times faster). orjson refuses
+    NaN and Infinity, which `json` accepts, and reads integers beyond 64 bits as floats, which `json` keeps exact:
+    text with a run of 19 digits, or that orjson refuses, is read by `json`."""
+    if _LONG_DIGITS.search(text):
+        return json.loads(text)
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
 def parse_json_maybe(text: str) -> Any:
     """A tool result as data when it is JSON, else the text itself."""
     try:
-        return json.loads(text)
+        return _loads(text)
     except (ValueError, TypeError):
         return text
 
