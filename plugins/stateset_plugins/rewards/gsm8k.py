@@ -78,14 +78,23 @@ class GSM8KReward(Reward):
     }
 
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
+        return self.grade_conversation(conversation, [turn_index])[0]
+
+    def grade_conversation(self, conversation: Mapping[str, Any], turns) -> list[TurnGrade]:
+        # The reference is the conversation's: read it once, and without one no turn has anything to be judged by.
         metadata = conversation.get("metadata") or {}
         reference_raw = metadata.get("reference_answer", self.config.get("reference_answer"))
         if reference_raw is None:
-            return TurnGrade.not_applicable("no reference_answer in metadata or config")
+            return [TurnGrade.not_applicable("no reference_answer in metadata or config") for _ in turns]
         reference, _ = extract_answer(str(reference_raw))
         if reference is None:
-            return TurnGrade.not_applicable(f"reference answer {str(reference_raw)[:40]!r} has no number")
-        reply = message_text(conversation["messages"][turn_index])
+            reason = f"reference answer {str(reference_raw)[:40]!r} has no number"
+            return [TurnGrade.not_applicable(reason) for _ in turns]
+        messages = conversation["messages"]
+        return [self._grade_reply(message_text(messages[t]), reference) for t in turns]
+
+    @staticmethod
+    def _grade_reply(reply: str, reference: Fraction) -> TurnGrade:
         if not reply.strip():
             return TurnGrade.not_applicable("turn has no text to grade (e.g. a tool call)")
         answer, how = extract_answer(reply)
