@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from objective_batches import JUDGE, fixed_batch
 
 from stateset_agents.errors import InputError
 from stateset_plugins.trainers.batch import Batch
@@ -14,23 +15,11 @@ from stateset_plugins.trainers.objectives.common import gae, group_expectation_l
 from stateset_plugins.trainers.objectives.vapo import policy_lambda
 
 NEW = ("gepo", "vapo", "ppo", "rlaif", "cispo")
-JUDGE = {"judge_url": "http://127.0.0.1:9/v1"}
 
 
 def config(algo, **values):
     return get_objective(algo).Config(**({**JUDGE, **values} if algo == "rlaif" else values))
 
-
-def fixed_batch() -> tuple[Batch, torch.Tensor]:
-    """One group of two samples, completion width 2; the second has one token."""
-    b = Batch(input_ids=torch.zeros((2, 3), dtype=torch.long), attention_mask=torch.ones((2, 3), dtype=torch.long),
-              prompt_width=1, completion_mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]),
-              behaviour_logp=torch.tensor([[-1.0, -2.0], [-0.5, math.nan]]), sample_ids=["a", "b"],
-              groups=["p", "p"], group_size=2)
-    b.advantages = torch.tensor([1.0, -1.0])
-    b.rewards = torch.tensor([1.0, 0.0])
-    b.ref_logp = torch.tensor([[-1.2, -1.9], [-0.4, 0.0]])
-    return b, torch.tensor([[-0.9, -2.1], [-0.3, 0.0]])
 
 
 def k3(new, ref):

@@ -8,26 +8,14 @@ import pytest
 import torch
 
 from stateset_agents.errors import InputError
-from stateset_plugins.trainers.backend import LocalTorchBackend
-from stateset_plugins.trainers.batch import Batch, Sample, collate
-from stateset_plugins.trainers.data import ChatRenderer
+from objective_batches import fixed_batch, rollout_batch
 from stateset_plugins.trainers.objectives import ALGORITHMS, get_objective
 from stateset_plugins.trainers.objectives.dapo import overlong_penalty
 
 RL = ("grpo", "gspo", "dapo", "multi_turn_grpo")
+#: Every objective that samples (all but sft).
+SAMPLING = tuple(a for a in ALGORITHMS if a != "sft")
 
-
-def fixed_batch(beta_ref: bool = True) -> tuple[Batch, torch.Tensor]:
-    """Two samples, completion width 2; the second has one token."""
-    b = Batch(input_ids=torch.zeros((2, 3), dtype=torch.long), attention_mask=torch.ones((2, 3), dtype=torch.long),
-              prompt_width=1, completion_mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]),
-              behaviour_logp=torch.tensor([[-1.0, -2.0], [-0.5, math.nan]]), sample_ids=["a", "b"],
-              groups=["p", "p"], group_size=2)
-    b.advantages = torch.tensor([1.0, -1.0])
-    b.rewards = torch.tensor([1.0, 0.0])
-    b.ref_logp = torch.tensor([[-1.2, -1.9], [-0.4, 0.0]]) if beta_ref else None
-    new = torch.tensor([[-0.9, -2.1], [-0.3, 0.0]])
-    return b, new
 
 
 def k3(new, ref):
@@ -100,21 +88,8 @@ def test_configs_reject_fields_their_objective_does_not_use():
         assert get_objective(algo).Config().learning_rate == 1e-4
 
 
-def rollout_batch(model, tokenizer, algo, n_prompts=2, g=4, **overrides):
-    obj = get_objective(algo)
-    cfg = obj.Config(num_generations=g, max_new_tokens=8, temperature=0.8, learning_rate=1e-3, **overrides)
-    torch.manual_seed(0)
-    backend = LocalTorchBackend(model, tokenizer, cfg)
-    renderer = ChatRenderer(tokenizer, 64)
-    prompts = [renderer.prompt_ids([{"role": "user", "content": t}], None) for t in ("hello", "my order A1 is late")]
-    gens = backend.generate([p for p in prompts[:n_prompts] for _ in range(g)], max_new_tokens=8, temperature=0.8)
-    samples = [Sample(f"s{i}", f"p{i // g}", prompts[i // g], x.ids, [True] * len(x.ids), x.logps)
-               for i, x in enumerate(gens)]
-    batch = collate(samples, backend.pad_id, g)
-    return backend, batch, cfg, obj
 
-
-@pytest.mark.parametrize("algo", RL)
+@pytest.mark.parametrize("algo", SAMPLING)
 def test_ratio_is_one_before_first_update(tiny, algo):
     backend, batch, cfg, _ = rollout_batch(*tiny, algo)
     new = backend.logprobs(batch, temperature=cfg.temperature)
