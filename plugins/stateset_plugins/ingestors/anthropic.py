@@ -28,6 +28,7 @@ from .messages import (
     conversation_key,
     expect,
     log_id,
+    message_role,
     normalise_message,
     optional_object,
     record_metadata,
@@ -101,12 +102,7 @@ def _conversation_messages(record: dict[str, Any], prefix: str) -> Iterator[tupl
     for i, message in enumerate(raw):
         where = f"{field}[{i}]"
         expect(message, dict, where, "a message")
-        role = message.get("role")
-        if role is None:
-            raise LineError("missing_field", "a message needs a `role`", f"{where}.role")
-        if role not in _ROLES:
-            raise LineError("unknown_role", f"unknown role {role!r}; Anthropic messages are user or assistant",
-                            f"{where}.role")
+        role = message_role(message, where, _ROLES, "Anthropic messages are user or assistant")
         if "content" not in message:
             raise LineError("missing_field", f"a {role} message needs content", f"{where}.content")
         converted = list(_converted(role, message["content"], f"{where}.content"))

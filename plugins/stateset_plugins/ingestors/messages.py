@@ -182,18 +182,23 @@ def _plain_message(message: dict[str, Any]) -> dict[str, Any] | None:
     return message if canonical else {k: message[k] for k in MESSAGE_KEYS if k in message}
 
 
+def message_role(message: dict[str, Any], field: str, roles: Any, expected: str) -> str:
+    """The message's role, which must be one of `roles`; `expected` says which (for the error). Raises LineError."""
+    role = message.get("role")
+    if role is None:
+        raise LineError("missing_field", "a message needs a `role`", f"{field}.role")
+    if role not in roles:
+        raise LineError("unknown_role", f"unknown role {role!r}; {expected}", f"{field}.role")
+    return role
+
+
 def normalise_message(message: Any, field: str) -> dict[str, Any]:
     """Check one OpenAI-shaped message and return it with canonical key order. Raises LineError. A message that
     is already canonical is returned as it is (the caller owns it: it was parsed from the line)."""
     if message.__class__ is dict and (plain := _plain_message(message)) is not None:
         return plain
     expect(message, dict, field, "a message")
-    role = message.get("role")
-    if role is None:
-        raise LineError("missing_field", "a message needs a `role`", f"{field}.role")
-    if role not in ROLES:
-        raise LineError("unknown_role", f"unknown role {role!r}; expected one of {', '.join(ROLES)}",
-                        f"{field}.role")
+    role = message_role(message, field, ROLES, f"expected one of {', '.join(ROLES)}")
     if "content" in message and message["content"] is not None:
         check_content(message["content"], f"{field}.content")
     elif role != "assistant":  # only an assistant turn may be all tool calls
