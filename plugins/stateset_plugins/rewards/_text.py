@@ -127,18 +127,14 @@ def word_tokens(text: str) -> list[str]:
     return _WORD_TOKEN.findall(text.lower())
 
 
-def word_set(text: str) -> frozenset[str]:
-    """The text's word tokens as a set: what `Phrases` screens against (compute once per text, reuse)."""
-    return frozenset(word_tokens(text))
-
-
 class Phrases:
     """A phrase list compiled for matching on word boundaries, case-insensitively (`phrase_pattern`).
 
-    Most texts hold none of a list's phrases, and an alternation regex is slow, so a text is first screened: a
-    phrase can only match where its longest word is one of the text's word tokens (`word_set`), and a set
-    intersection settles that for the whole list at once. Only a text that passes runs the regex. Non-ASCII text or
-    phrases skip the screen (Unicode case folding is wider than `lower`), so the answer is always the regex's.
+    Most texts hold none of a list's phrases, and an alternation regex is slow, so a text is screened first: a
+    phrase can only match where its longest word is one of the text's `word_tokens`. Given the set of those tokens,
+    one set intersection settles it for the whole list; without it, substring tests do (cheaper than tokenising a
+    text asked about once). Only a text that passes runs the regex. Non-ASCII text or phrases skip the screen
+    (Unicode case folding is wider than `lower`), so the answer is always the regex's.
     """
 
     __slots__ = ("pattern", "_screen")
@@ -161,7 +157,7 @@ class Phrases:
         return not self._screen.isdisjoint(words)
 
     def search(self, text: str, words: frozenset[str] | None = None) -> bool:
-        """Does any phrase occur? `words`: the text's `word_set`, when the caller keeps it."""
+        """Does any phrase occur? `words`: the set of the text's `word_tokens`, when the caller keeps it."""
         return self._may_match(text, words) and self.pattern.search(text) is not None
 
     def findall(self, text: str, words: frozenset[str] | None = None) -> list[str]:

@@ -180,7 +180,8 @@ class _Seen:
     """One conversation's messages with what grading reads from them (texts, tool calls, tool kinds, call
     outcomes), each derived on first use and kept for the conversation's other turns."""
 
-    __slots__ = ("messages", "declared", "_texts", "_words", "_token_lists", "_calls", "_kinds", "_outcomes", "_trigrams")
+    __slots__ = ("messages", "declared", "_texts", "_words", "_token_lists", "_calls", "_kinds", "_outcomes",
+                 "_trigrams")
 
     def __init__(self, conversation: Mapping[str, Any]):
         self.messages = conversation["messages"]

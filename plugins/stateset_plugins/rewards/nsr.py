@@ -137,11 +137,10 @@ def _expand(phrases: Sequence[Any], words: Mapping[str, Sequence[str]]) -> tuple
 
 
 class _Conversation:
-    """One conversation's messages with what judging reads from them (texts, word sets, tool calls with parsed
+    """One conversation's messages with what judging reads from them (texts, tool calls with parsed
     arguments, parsed tool results), each derived on first use and kept for the conversation's other turns."""
 
-    __slots__ = ("messages", "by_role", "_texts", "_words", "_calls", "_results", "_holding", "_spoken",
-                 "_successful")
+    __slots__ = ("messages", "by_role", "_texts", "_calls", "_results", "_holding", "_spoken", "_successful")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]]):
         self.messages = messages
@@ -151,7 +150,6 @@ class _Conversation:
             if indices is not None:
                 indices.append(index)
         self._texts: dict[int, str] = {}
-        self._words: dict[int, frozenset[str]] = {}
         self._calls: dict[int, list[tuple[dict[str, Any], Any]]] = {}
         self._results: dict[int, Any] = {}
         self._holding: dict[tuple[str, tuple[str, ...]], list[int]] = {}
