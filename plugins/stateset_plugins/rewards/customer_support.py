@@ -121,7 +121,8 @@ class CustomerSupportReward(Reward):
         checks["tone"] = 0.0 if rude else (1.0 if self._says(text, "polite", words) or not text.strip() else 0.75)
 
         # (a text without the phrase anywhere has no statement with it: the cheap test first)
-        escalated = handoff_call or (self._says(text, "escalates", words) and self._says(_statements(text), "escalates"))
+        escalated = handoff_call or (self._says(text, "escalates", words)
+                                     and self._says(_statements(text), "escalates"))
         asked_for_human = self._says(user_text, "wants_human", user_words)
         if asked_for_human:
             # the user asked for a person: hand off, or offer to
