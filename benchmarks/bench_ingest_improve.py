@@ -6,7 +6,8 @@ ratio is its time over the floor of the files it reads and writes. Each step, an
 a fresh child process that reports its wall time, CPU time (with a plugin server's) and peak RSS. The targets are
 judged on CPU time, because on a shared machine wall time moves with the neighbours' load; both are recorded. Two
 input sizes (N/4 and N) show whether memory stays flat as the input grows; the subprocess runtime runs at N beside
-the in-process one (wall-clock throughput: the plugin grades on another core).
+the in-process one (wall-clock throughput: the plugin grades on another core), each --repeats times, alternated,
+and the median run of each is compared (single runs on this shared machine move by +-10%).
 
     python benchmarks/bench_ingest_improve.py [--n 100000] [--rewards gsm8k,tool_calling,customer_support,nsr]
 
@@ -116,7 +117,7 @@ def count_lines(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def bench_size(work: Path, n: int, rewards: list[str], subprocess_too: bool) -> list[dict]:
+def bench_size(work: Path, n: int, rewards: list[str], subprocess_too: bool, repeats: int = 1) -> list[dict]:
     from stateset_agents.samples import POLICY
 
     log = work / f"log_{n}.jsonl"
@@ -132,11 +133,20 @@ def bench_size(work: Path, n: int, rewards: list[str], subprocess_too: bool) -> 
     rows.append({"n": n, "step": "ingest", "reward": "-", "runtime": "inprocess", **r, **floor(log, transcripts),
                  "conversations": conversations, "turns": None})
     for reward in rewards:
-        for runtime in ("inprocess", "subprocess") if subprocess_too else ("inprocess",):
+        runtimes = ("inprocess", "subprocess") if subprocess_too else ("inprocess",)
+        runs: dict[str, list[dict]] = {runtime: [] for runtime in runtimes}
+        for _ in range(repeats):
+            for runtime in runtimes:  # alternated, so both runtimes meet the same spells of neighbours' load
+                out = work / f"improve_{n}_{reward}_{runtime}"
+                print(f"[{n:,}] improve {reward} ({runtime})", flush=True)
+                runs[runtime].append(run_child(step="improve", input=str(ingest_dir), reward=reward,
+                                               output=str(out), runtime=runtime,
+                                               policy=str(POLICY) if reward == "nsr" else None))
+        for runtime in runtimes:
             out = work / f"improve_{n}_{reward}_{runtime}"
-            print(f"[{n:,}] improve {reward} ({runtime})", flush=True)
-            r = run_child(step="improve", input=str(ingest_dir), reward=reward, output=str(out), runtime=runtime,
-                          policy=str(POLICY) if reward == "nsr" else None)
+            # The run with the median wall time stands for the step; every run's time is kept beside it.
+            r = sorted(runs[runtime], key=lambda run: run["seconds"])[len(runs[runtime]) // 2]
+            r = {**r, "seconds_runs": [run["seconds"] for run in runs[runtime]]}
             outputs = [out / name for name in ("graded.jsonl", "curated.jsonl", "held_out.jsonl")]
             summary = json.loads((out / "improve_summary.json").read_text())
             rows.append({"n": n, "step": "improve", "reward": reward, "runtime": runtime, **r,
@@ -180,13 +190,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100_000, help="conversations at the larger size (N/4 too)")
     parser.add_argument("--rewards", default=",".join(REWARDS))
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each runtime at N, alternated; the median run is reported")
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench_ingest_improve"))
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     rewards = [r for r in args.rewards.split(",") if r]
     args.work.mkdir(parents=True, exist_ok=True)
     small, large = max(1, args.n // 4), args.n
-    rows = bench_size(args.work, small, rewards, False) + bench_size(args.work, large, rewards, True)
+    rows = (bench_size(args.work, small, rewards, False)
+            + bench_size(args.work, large, rewards, True, repeats=args.repeats))
     verdict = evaluate(rows, small, large)
     result = {"benchmark": "ingest_improve", "sizes": [small, large], "rewards": rewards,
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},

@@ -112,17 +112,25 @@ class GradeItem:
     turns: Sequence[int] | None = None
     #: The conversation's JSON as read from disk, when the caller has it: out-of-process runtimes send it as is.
     raw_json: bytes | None = None
+    #: The conversation's assistant turns, when the caller found them already: an out-of-process runtime writes the
+    #: rows of a conversation its reward screened out from them.
+    assistant_turns: Sequence[int] | None = None
 
 
 class GradeRows(list):
     """Grade rows as an out-of-process reward sent them, with `jsonl`: the rows as compact JSON lines, byte for byte
-    what `dumps_line` makes of each row, so they are written on without being encoded again."""
+    what `dumps_line` makes of each row, so they are written on without being encoded again.
 
-    __slots__ = ("jsonl",)
+    `screened`: the positions in the batch of the conversations the reward screened out (`Reward.screen`, asked
+    for with `grade_many(..., screened=True)`). Their rows, every one not applicable, are in `jsonl` (there are
+    `screened_rows` of them) but not in the list."""
 
-    def __init__(self, rows: Iterable[dict[str, Any]], jsonl: bytes):
+    __slots__ = ("jsonl", "screened", "screened_rows")
+
+    def __init__(self, rows: Iterable[dict[str, Any]], jsonl: bytes, screened: frozenset[int] = frozenset(),
+                 screened_rows: int = 0):
         super().__init__(rows)
-        self.jsonl = jsonl
+        self.jsonl, self.screened, self.screened_rows = jsonl, screened, screened_rows
 
 
 def assistant_turns(conversation: Mapping[str, Any]) -> list[int]:
@@ -167,14 +175,24 @@ class Reward(Component):
             rows.extend([make_grade_row(cid, t, g, identity, who) for t, g in zip(turns, grades)])
         return rows
 
+    def screen(self, raw_json: bytes) -> str | None:
+        """Optional, for speed out of process: the reason no turn of this conversation is applicable, decided from
+        its JSON text without parsing it, or None (the default) to grade it as usual. Where it answers, it must
+        answer what `grade_conversation` would: every turn `TurnGrade.not_applicable(reason)`. A plugin server asks
+        it before parsing a line the kernel has already read; in process the kernel has parsed it, so nothing asks."""
+        return None
+
     def grade_conversation(self, conversation: Mapping[str, Any], turns: Sequence[int]) -> list[TurnGrade]:
         """The grades of `turns` (checked assistant turns of `conversation`), in order. The default calls
         `grade_turn` for each; a reward overrides this to derive what every turn of a conversation needs once
         (parsed tool calls, texts, a replay of earlier turns), giving the same grades as `grade_turn` would."""
         return [self.grade_turn(conversation, t) for t in turns]
 
-    def grade_many(self, batches: Iterable[list[GradeItem]]) -> Iterator[list[dict[str, Any]]]:
-        """Grade a stream of batches, yielding each batch's rows in order. Out-of-process proxies pipeline this."""
+    def grade_many(self, batches: Iterable[list[GradeItem]], *,
+                   screened: bool = False) -> Iterator[list[dict[str, Any]]]:
+        """Grade a stream of batches, yielding each batch's rows in order. Out-of-process proxies pipeline this, and
+        with `screened` may answer a batch with `GradeRows` that leave the screened conversations' rows out of
+        the list (they are in its `jsonl`). In process every row is in the list."""
         for batch in batches:
             yield self.grade(batch)
 

@@ -9,6 +9,7 @@ import sys
 import time
 
 import grpc
+import orjson
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -113,6 +114,62 @@ def test_a_jsonl_reply_that_is_not_one_row_a_line_fails_closed():
     for bad in (b'{"a":1}', b'{"a":1},{"b":2}\n', b'{"a":\n1}\n', b"\n", b'{"a":1}\n\n'):
         with pytest.raises(PluginError, match="reward:r.*Reward.Grade.*grades_jsonl"):
             _jsonl_rows(bad, "reward:r", "Reward.Grade")
+
+
+def _line(cid: str, text: str) -> GradeItem:
+    """An item as `improve` makes it: the line as read, and the assistant turns found in it."""
+    conversation = conv(text, cid)
+    return GradeItem(conversation, raw_json=orjson.dumps(conversation), assistant_turns=[1])
+
+
+def test_screened_conversations_cost_the_plugin_no_parse_and_their_rows_are_the_same_bytes():
+    """A line the reward screens out is named in the reply, not graded, and the kernel writes its rows: the JSONL
+    is byte for byte what grading every line in process gives; the list holds the other lines' rows."""
+    from stateset_agents.jsonio import dumps_line
+    from stateset_agents.runtimes import wire
+
+    items = [_line("skip-1", "aaaa"), _line("c2", "bbbbbbbb"), _line("skip-3", ""), _line("c4", "cc")]
+    items.append(GradeItem(conv("dddd", "skip-5")))  # no raw line: sent encoded, and screened all the same
+    with load_component("reward:test_screening", config={"target": 8}) as local, \
+            load_component("reward:test_screening", config={"target": 8}, runtime="subprocess") as remote:
+        assert wire.SCREENED_LINES in remote.features
+        expected = local.grade(items)
+        assert [r["reason"] for r in expected].count(local.SKIPPED) == 3
+        [rows] = remote.grade_many([items], screened=True)
+        assert rows.jsonl == b"".join(map(dumps_line, expected))
+        assert rows.screened == {0, 2, 4} and rows.screened_rows == 3
+        assert list(rows) == [expected[1], expected[3]]
+        # Not asked for, nothing is screened: every row is in the list.
+        assert list(remote.grade_many([items])) == [expected]
+        assert remote.grade(items) == expected
+
+
+def test_a_malformed_screened_reply_fails_closed():
+    from stateset_agents.contracts import reward_pb2
+    from stateset_agents.runtimes.client import _rows
+
+    items = [_line("a", "xx"), _line("b", "yy")]
+    tail = b'"score":0.0,"applicable":false,"breakdown":{},"reason":"r","reward":{}}\n'
+    good = reward_pb2.GradeReply(screened=[reward_pb2.ScreenedLine(line=0, tail=0)], row_tails=[tail],
+                                 grades_jsonl=b'{"conversation_id":"b","turn_index":1}\n')
+    assert _rows(good, "reward:r", "Reward.GradeStream", items).jsonl.startswith(
+        b'{"conversation_id":"a","turn_index":1,"score":0.0')
+    with pytest.raises(PluginError, match="did not accept"):
+        _rows(good, "reward:r", "Reward.Grade")
+    bad_tails = (b'"score":0.0,"applicable":true,"breakdown":{}}\n',  # applicable
+                 b'"score":0.0,"applicable":false,"breakdown":{},"conversation_id":"z"}\n',  # overrides the id
+                 b'"score":0.0,"applicable":false,\n"breakdown":{}}\n',  # two lines
+                 b'"score":2.0,"applicable":false,"breakdown":{}}\n',  # out of range
+                 b'"score":0.0,"applicable":false,"breakdown":{}')  # no newline
+    for bad in bad_tails:
+        reply = reward_pb2.GradeReply(screened=[reward_pb2.ScreenedLine(line=0, tail=0)], row_tails=[bad])
+        with pytest.raises(PluginError, match="reward:r.*Reward.GradeStream.*screened"):
+            _rows(reply, "reward:r", "Reward.GradeStream", items)
+    for lines in ([(2, 0)], [(0, 0), (0, 0)], [(1, 1)]):  # out of the batch, named twice, no such tail
+        reply = reward_pb2.GradeReply(screened=[reward_pb2.ScreenedLine(line=n, tail=t) for n, t in lines],
+                                      row_tails=[tail])
+        with pytest.raises(PluginError, match="screened"):
+            _rows(reply, "reward:r", "Reward.GradeStream", items)
 
 
 def test_config_travels_in_the_request_and_is_validated_by_the_plugin():

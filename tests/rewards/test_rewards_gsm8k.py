@@ -59,3 +59,34 @@ def test_agrees_with_is_correct_on_all_real_solutions():
             agree += (extract_answer(row[key]["solution"])[0] == reference) == bool(row[key]["is_correct"])
     assert total == 1200
     assert agree == total, f"extractor agrees with is_correct on {agree}/{total}"
+
+
+def test_improve_through_a_plugin_writes_what_in_process_writes_on_a_mixed_log(tmp_path):
+    """Out of process, gsm8k answers the lines that cannot hold a reference without parsing them (`screen`); the
+    files `improve` writes are byte for byte the in-process ones, and a key spelt with escapes is still found."""
+    import orjson
+
+    from helpers.realdata import gsm8k_solutions, tau_log_records
+    from stateset_agents.pipeline.improve import run_improve
+
+    lines = []
+    for i, row in enumerate(gsm8k_solutions()[:12]):
+        messages = [user(row["question"]), assistant(row["6b_finetuning"]["solution"])]
+        lines.append(orjson.dumps({"id": f"math-{i}", "messages": messages,
+                                   "metadata": {"reference_answer": row["ground_truth"]}}))
+    lines += [orjson.dumps(record) for record in tau_log_records()[:12]]
+    lines.append(b'{"id":"escaped","messages":[{"role":"user","content":"2+2?"},{"role":"assistant","content":'
+                 b'"#### 4"}],"metadata":{"\\u0072eference_answer":"4"}}')
+    lines.append(b'{"id":7,"messages":[{"role":"user","content":"say \\"reference_answer\\""},'
+                 b'{"role":"assistant","content":"ok"}]}')
+    transcripts = tmp_path / "transcripts.jsonl"
+    transcripts.write_bytes(b"\n".join(lines) + b"\n")
+    for runtime in ("inprocess", "subprocess"):
+        run_improve(transcripts, "gsm8k", tmp_path / runtime, runtime=runtime, held_out_fraction=0.2)
+    for name in ("graded.jsonl", "curated.jsonl", "held_out.jsonl"):
+        assert (tmp_path / "subprocess" / name).read_bytes() == (tmp_path / "inprocess" / name).read_bytes()
+    rows = [orjson.loads(line) for line in (tmp_path / "subprocess" / "graded.jsonl").read_bytes().splitlines()]
+    by_id = {row["conversation_id"]: row for row in rows}
+    assert by_id["escaped"]["applicable"] and by_id["escaped"]["score"] == 1.0
+    assert by_id["7"]["reason"] == "no reference_answer in metadata or config"
+    assert sum(row["applicable"] for row in rows) == 13

@@ -37,6 +37,22 @@ class LengthReward(Reward):
                          reason=f"{len(text)} characters against a target of {target}")
 
 
+class ScreeningReward(LengthReward):
+    """LengthReward, except that a conversation whose id starts with "skip-" has nothing applicable: `screen` sees
+    that in a line that starts with its id, and leaves any other line to be parsed."""
+
+    name = "test_screening"
+    SKIPPED = "the id says skip"
+
+    def grade_conversation(self, conversation, turns):
+        if str(conversation.get("id", "")).startswith("skip-"):
+            return [TurnGrade.not_applicable(self.SKIPPED) for _ in turns]
+        return super().grade_conversation(conversation, turns)
+
+    def screen(self, raw_json):
+        return self.SKIPPED if raw_json.startswith(b'{"id":"skip-') else None
+
+
 class FaultyReward(Reward):
     """Misbehaves on request: the turn's text says how (raise, die, hang)."""
 
@@ -111,6 +127,7 @@ class EchoEvaluator(Evaluator):
 @hookimpl
 def register_rewards(register):
     register(LengthReward)
+    register(ScreeningReward)
     register(FaultyReward)
     register("no_such_module_xyz.reward:Nope", name="test_unavailable", version="0.1.0",
              requires=["no_such_module_xyz"], install="pip install no-such-module-xyz")

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from stateset_agents.contracts import common_pb2 as stateset__agents_dot_contracts_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&stateset_agents/contracts/reward.proto\x12\x12stateset.agents.v1\x1a&stateset_agents/contracts/common.proto\"\x8a\x01\n\tGradeItem\x12\x36\n\x0c\x63onversation\x18\x01 \x01(\x0b\x32 .stateset.agents.v1.Conversation\x12\r\n\x05turns\x18\x02 \x03(\x05\x12\x1b\n\x13\x61ll_assistant_turns\x18\x03 \x01(\x08\x12\x19\n\x11\x63onversation_json\x18\x04 \x01(\x0c\"\xcd\x01\n\x0cGradeRequest\x12\x33\n\x06\x63onfig\x18\x01 \x01(\x0b\x32#.stateset.agents.v1.ComponentConfig\x12,\n\x05items\x18\x02 \x03(\x0b\x32\x1d.stateset.agents.v1.GradeItem\x12\x10\n\x08\x62\x61tch_id\x18\x03 \x01(\x04\x12\x14\n\x0cjson_replies\x18\x04 \x01(\x08\x12\x1b\n\x13\x63onversations_jsonl\x18\x05 \x01(\x0c\x12\x15\n\rjsonl_replies\x18\x06 \x01(\x08\"F\n\x0eRewardIdentity\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x15\n\rconfig_sha256\x18\x03 \x01(\t\"\xb3\x01\n\x05Grade\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x12\n\nturn_index\x18\x02 \x01(\x05\x12\r\n\x05score\x18\x03 \x01(\x01\x12\x12\n\napplicable\x18\x04 \x01(\x08\x12\x16\n\x0e\x62reakdown_json\x18\x05 \x01(\x0c\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x32\n\x06reward\x18\x07 \x01(\x0b\x32\".stateset.agents.v1.RewardIdentity\"t\n\nGradeReply\x12)\n\x06grades\x18\x01 \x03(\x0b\x32\x19.stateset.agents.v1.Grade\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\x04\x12\x13\n\x0bgrades_json\x18\x03 \x01(\x0c\x12\x14\n\x0cgrades_jsonl\x18\x04 \x01(\x0c\x32\xa8\x01\n\x06Reward\x12I\n\x05Grade\x12 .stateset.agents.v1.GradeRequest\x1a\x1e.stateset.agents.v1.GradeReply\x12S\n\x0bGradeStream\x12 .stateset.agents.v1.GradeRequest\x1a\x1e.stateset.agents.v1.GradeReply(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&stateset_agents/contracts/reward.proto\x12\x12stateset.agents.v1\x1a&stateset_agents/contracts/common.proto\"\x8a\x01\n\tGradeItem\x12\x36\n\x0c\x63onversation\x18\x01 \x01(\x0b\x32 .stateset.agents.v1.Conversation\x12\r\n\x05turns\x18\x02 \x03(\x05\x12\x1b\n\x13\x61ll_assistant_turns\x18\x03 \x01(\x08\x12\x19\n\x11\x63onversation_json\x18\x04 \x01(\x0c\"\xe6\x01\n\x0cGradeRequest\x12\x33\n\x06\x63onfig\x18\x01 \x01(\x0b\x32#.stateset.agents.v1.ComponentConfig\x12,\n\x05items\x18\x02 \x03(\x0b\x32\x1d.stateset.agents.v1.GradeItem\x12\x10\n\x08\x62\x61tch_id\x18\x03 \x01(\x04\x12\x14\n\x0cjson_replies\x18\x04 \x01(\x08\x12\x1b\n\x13\x63onversations_jsonl\x18\x05 \x01(\x0c\x12\x15\n\rjsonl_replies\x18\x06 \x01(\x08\x12\x17\n\x0f\x61\x63\x63\x65pt_screened\x18\x07 \x01(\x08\"F\n\x0eRewardIdentity\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x15\n\rconfig_sha256\x18\x03 \x01(\t\"\xb3\x01\n\x05Grade\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x12\n\nturn_index\x18\x02 \x01(\x05\x12\r\n\x05score\x18\x03 \x01(\x01\x12\x12\n\napplicable\x18\x04 \x01(\x08\x12\x16\n\x0e\x62reakdown_json\x18\x05 \x01(\x0c\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x32\n\x06reward\x18\x07 \x01(\x0b\x32\".stateset.agents.v1.RewardIdentity\"*\n\x0cScreenedLine\x12\x0c\n\x04line\x18\x01 \x01(\x05\x12\x0c\n\x04tail\x18\x02 \x01(\x05\"\xbb\x01\n\nGradeReply\x12)\n\x06grades\x18\x01 \x03(\x0b\x32\x19.stateset.agents.v1.Grade\x12\x10\n\x08\x62\x61tch_id\x18\x02 \x01(\x04\x12\x13\n\x0bgrades_json\x18\x03 \x01(\x0c\x12\x14\n\x0cgrades_jsonl\x18\x04 \x01(\x0c\x12\x32\n\x08screened\x18\x05 \x03(\x0b\x32 .stateset.agents.v1.ScreenedLine\x12\x11\n\trow_tails\x18\x06 \x03(\x0c\x32\xa8\x01\n\x06Reward\x12I\n\x05Grade\x12 .stateset.agents.v1.GradeRequest\x1a\x1e.stateset.agents.v1.GradeReply\x12S\n\x0bGradeStream\x12 .stateset.agents.v1.GradeRequest\x1a\x1e.stateset.agents.v1.GradeReply(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,13 +35,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GRADEITEM']._serialized_start=103
   _globals['_GRADEITEM']._serialized_end=241
   _globals['_GRADEREQUEST']._serialized_start=244
-  _globals['_GRADEREQUEST']._serialized_end=449
-  _globals['_REWARDIDENTITY']._serialized_start=451
-  _globals['_REWARDIDENTITY']._serialized_end=521
-  _globals['_GRADE']._serialized_start=524
-  _globals['_GRADE']._serialized_end=703
-  _globals['_GRADEREPLY']._serialized_start=705
-  _globals['_GRADEREPLY']._serialized_end=821
-  _globals['_REWARD']._serialized_start=824
-  _globals['_REWARD']._serialized_end=992
+  _globals['_GRADEREQUEST']._serialized_end=474
+  _globals['_REWARDIDENTITY']._serialized_start=476
+  _globals['_REWARDIDENTITY']._serialized_end=546
+  _globals['_GRADE']._serialized_start=549
+  _globals['_GRADE']._serialized_end=728
+  _globals['_SCREENEDLINE']._serialized_start=730
+  _globals['_SCREENEDLINE']._serialized_end=772
+  _globals['_GRADEREPLY']._serialized_start=775
+  _globals['_GRADEREPLY']._serialized_end=962
+  _globals['_REWARD']._serialized_start=965
+  _globals['_REWARD']._serialized_end=1133
 # @@protoc_insertion_point(module_scope)

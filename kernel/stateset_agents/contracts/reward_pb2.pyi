@@ -20,20 +20,22 @@ class GradeItem(_message.Message):
     def __init__(self, conversation: _Optional[_Union[_common_pb2.Conversation, _Mapping]] = ..., turns: _Optional[_Iterable[int]] = ..., all_assistant_turns: _Optional[bool] = ..., conversation_json: _Optional[bytes] = ...) -> None: ...
 
 class GradeRequest(_message.Message):
-    __slots__ = ("config", "items", "batch_id", "json_replies", "conversations_jsonl", "jsonl_replies")
+    __slots__ = ("config", "items", "batch_id", "json_replies", "conversations_jsonl", "jsonl_replies", "accept_screened")
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     JSON_REPLIES_FIELD_NUMBER: _ClassVar[int]
     CONVERSATIONS_JSONL_FIELD_NUMBER: _ClassVar[int]
     JSONL_REPLIES_FIELD_NUMBER: _ClassVar[int]
+    ACCEPT_SCREENED_FIELD_NUMBER: _ClassVar[int]
     config: _common_pb2.ComponentConfig
     items: _containers.RepeatedCompositeFieldContainer[GradeItem]
     batch_id: int
     json_replies: bool
     conversations_jsonl: bytes
     jsonl_replies: bool
-    def __init__(self, config: _Optional[_Union[_common_pb2.ComponentConfig, _Mapping]] = ..., items: _Optional[_Iterable[_Union[GradeItem, _Mapping]]] = ..., batch_id: _Optional[int] = ..., json_replies: _Optional[bool] = ..., conversations_jsonl: _Optional[bytes] = ..., jsonl_replies: _Optional[bool] = ...) -> None: ...
+    accept_screened: bool
+    def __init__(self, config: _Optional[_Union[_common_pb2.ComponentConfig, _Mapping]] = ..., items: _Optional[_Iterable[_Union[GradeItem, _Mapping]]] = ..., batch_id: _Optional[int] = ..., json_replies: _Optional[bool] = ..., conversations_jsonl: _Optional[bytes] = ..., jsonl_replies: _Optional[bool] = ..., accept_screened: _Optional[bool] = ...) -> None: ...
 
 class RewardIdentity(_message.Message):
     __slots__ = ("name", "version", "config_sha256")
@@ -63,14 +65,26 @@ class Grade(_message.Message):
     reward: RewardIdentity
     def __init__(self, conversation_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., score: _Optional[float] = ..., applicable: _Optional[bool] = ..., breakdown_json: _Optional[bytes] = ..., reason: _Optional[str] = ..., reward: _Optional[_Union[RewardIdentity, _Mapping]] = ...) -> None: ...
 
+class ScreenedLine(_message.Message):
+    __slots__ = ("line", "tail")
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    TAIL_FIELD_NUMBER: _ClassVar[int]
+    line: int
+    tail: int
+    def __init__(self, line: _Optional[int] = ..., tail: _Optional[int] = ...) -> None: ...
+
 class GradeReply(_message.Message):
-    __slots__ = ("grades", "batch_id", "grades_json", "grades_jsonl")
+    __slots__ = ("grades", "batch_id", "grades_json", "grades_jsonl", "screened", "row_tails")
     GRADES_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     GRADES_JSON_FIELD_NUMBER: _ClassVar[int]
     GRADES_JSONL_FIELD_NUMBER: _ClassVar[int]
+    SCREENED_FIELD_NUMBER: _ClassVar[int]
+    ROW_TAILS_FIELD_NUMBER: _ClassVar[int]
     grades: _containers.RepeatedCompositeFieldContainer[Grade]
     batch_id: int
     grades_json: bytes
     grades_jsonl: bytes
-    def __init__(self, grades: _Optional[_Iterable[_Union[Grade, _Mapping]]] = ..., batch_id: _Optional[int] = ..., grades_json: _Optional[bytes] = ..., grades_jsonl: _Optional[bytes] = ...) -> None: ...
+    screened: _containers.RepeatedCompositeFieldContainer[ScreenedLine]
+    row_tails: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, grades: _Optional[_Iterable[_Union[Grade, _Mapping]]] = ..., batch_id: _Optional[int] = ..., grades_json: _Optional[bytes] = ..., grades_jsonl: _Optional[bytes] = ..., screened: _Optional[_Iterable[_Union[ScreenedLine, _Mapping]]] = ..., row_tails: _Optional[_Iterable[bytes]] = ...) -> None: ...

@@ -265,7 +265,7 @@ def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, thres
                 batch.append(conv)
                 # An out-of-process reward is sent the line as read, not a re-serialisation, where it still says
                 # what the checked conversation says.
-                items.append(GradeItem(data, raw_json=raw if send_raw and as_read else None))
+                items.append(GradeItem(data, raw_json=raw if send_raw and as_read else None, assistant_turns=turns))
             if len(batch) >= batch_size:
                 in_flight.append(batch)
                 yield items
@@ -276,21 +276,27 @@ def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, thres
 
     # An out-of-process reward pipelines batches (its grading overlaps our parsing and writing) through grade_many.
     grade_many = getattr(grader, "grade_many", None)
-    results = grade_many(batches()) if grade_many else (grader.grade(items) for items in batches())
+    results = grade_many(batches(), screened=True) if grade_many else (grader.grade(items) for items in batches())
     add_score = tally.add
     # Per-turn counts in locals: this loop runs for every assistant turn of the input.
     applicable_n = curated_n = withheld_n = prompts_n = 0
     for rows in results:
         batch = in_flight.popleft()
-        expected = sum(len(conv.turns) for conv in batch)
+        # Conversations the reward screened out (out of process) have rows in the JSONL only, every one not
+        # applicable: nothing of theirs is curated, held out or tallied.
+        screened = getattr(rows, "screened", ())
+        expected = sum(len(conv.turns) for i, conv in enumerate(batch) if i not in screened)
         if len(rows) != expected:
             raise PluginError(who, "grade", f"returned {len(rows)} grades for {expected} assistant turns")
         # A bad row below fails the run: nothing is kept. Rows that came as JSONL (an out-of-process reward's) are
         # written as they came: the same bytes as encoding them here.
-        graded.add(getattr(rows, "jsonl", None) or b"".join(map(dumps_line, rows)), len(rows))
-        c["turns_graded"] += len(rows)
+        total = len(rows) + getattr(rows, "screened_rows", 0)
+        graded.add(getattr(rows, "jsonl", None) or b"".join(map(dumps_line, rows)), total)
+        c["turns_graded"] += total
         rows_iter = iter(rows)
-        for conv in batch:
+        for i, conv in enumerate(batch):
+            if screened and i in screened:
+                continue
             prompt_written = False
             had_curated = False
             cid = conv.data["id"]

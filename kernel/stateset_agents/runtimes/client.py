@@ -8,12 +8,14 @@ from __future__ import annotations
 import queue
 import threading
 import uuid
+from collections import deque
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import grpc
 import orjson
 
-from ..components import Evaluator, GradeItem, GradeRows, Ingestor, Provider, Reject, Reward, Source, Trainer
+from ..components import (Evaluator, GradeItem, GradeRows, Ingestor, Provider, Reject, Reward, Source, Trainer,
+                          assistant_turns)
 from ..contracts import (common_pb2, evaluator_pb2, evaluator_pb2_grpc, ingestor_pb2, ingestor_pb2_grpc,
                          plugin_pb2, plugin_pb2_grpc, provider_pb2, provider_pb2_grpc, reward_pb2,
                          reward_pb2_grpc, trainer_pb2, trainer_pb2_grpc)
@@ -136,7 +138,12 @@ def _is_heartbeat_event(msg) -> bool:
     return msg.type == "heartbeat"
 
 
-def _rows(reply: reward_pb2.GradeReply, who: str, call: str) -> list[dict[str, Any]]:
+def _rows(reply: reward_pb2.GradeReply, who: str, call: str,
+          batch: list[GradeItem] | None = None) -> list[dict[str, Any]]:
+    if reply.screened or reply.row_tails:
+        if batch is None:
+            raise PluginError(who, call, "the reply names screened lines, which this call did not accept")
+        return _with_screened(reply, batch, who, call)
     if reply.grades_jsonl:
         return _jsonl_rows(reply.grades_jsonl, who, call)
     if reply.grades_json:
@@ -164,6 +171,54 @@ def _jsonl_rows(data: bytes, who: str, call: str) -> GradeRows:
     return GradeRows(rows, data)
 
 
+def _with_screened(reply: reward_pb2.GradeReply, batch: list[GradeItem], who: str, call: str) -> GradeRows:
+    """The batch's rows, where the reward screened some conversations out: theirs are written here, from the ids
+    and assistant turns we read and the row tail the plugin encoded; the rest came as JSONL."""
+    def refuse(why: str) -> PluginError:
+        return PluginError(who, call, f"the reply's screened lines are malformed: {why}")
+
+    graded = _jsonl_rows(reply.grades_jsonl, who, call) if reply.grades_jsonl else GradeRows([], b"")
+    tails = [_checked_tail(tail, refuse) for tail in reply.row_tails]
+    screened: dict[int, bytes] = {}
+    for entry in reply.screened:
+        if not 0 <= entry.line < len(batch) or entry.line in screened:
+            raise refuse(f"line {entry.line} is not in the batch of {len(batch)}, or is named twice")
+        if not 0 <= entry.tail < len(tails):
+            raise refuse(f"tail {entry.tail} of {len(tails)}")
+        screened[entry.line] = tails[entry.tail]
+    row_lines = graded.jsonl.split(b"\n")  # one row a line (checked), and an empty string after the last
+    parts: list[bytes] = []
+    taken = written = 0
+    for position, item in enumerate(batch):
+        turns = item.assistant_turns if item.assistant_turns is not None else assistant_turns(item.conversation)
+        tail = screened.get(position)
+        if tail is None:
+            parts.extend(line + b"\n" for line in row_lines[taken:taken + len(turns)])
+            taken += len(turns)
+        else:
+            head = wire.screened_row_head(str(item.conversation.get("id", "")))
+            parts.extend([b"%b%d,%b" % (head, turn, tail) for turn in turns])
+            written += len(turns)
+    parts.extend(line + b"\n" for line in row_lines[taken:-1])  # a surplus goes on, for the caller to refuse
+    return GradeRows(graded, b"".join(parts), frozenset(screened), written)
+
+
+def _checked_tail(tail: bytes, refuse: Callable[[str], PluginError]) -> bytes:
+    """A row tail must complete one not-applicable row on one line, and leave its id and turn alone."""
+    if not tail.endswith(b"\n") or tail.count(b"\n") != 1:
+        raise refuse("a row tail is not one line")
+    try:
+        row = orjson.loads(wire.ROW_HEAD + tail)
+    except orjson.JSONDecodeError as exc:
+        raise refuse(f"a row tail does not complete a JSON row ({exc})") from None
+    score = row.get("score") if isinstance(row, dict) else None
+    if (not isinstance(row, dict) or row.get("conversation_id") != "" or row.get("turn_index") != 0
+            or row.get("applicable") is not False or type(score) is not float or not 0.0 <= score <= 1.0
+            or not isinstance(row.get("breakdown"), dict)):
+        raise refuse(f"a row tail does not make a not-applicable row: {tail[:80]!r}")
+    return tail
+
+
 def _jsonl_line(item: GradeItem) -> bytes:
     """The item's conversation as one JSONL line: the line as read where it is one line, else encoded."""
     raw = item.raw_json
@@ -180,12 +235,12 @@ class RemoteReward(_RemoteMixin, Reward):
         self._init_remote(conn, meta, config)
         self._stub = reward_pb2_grpc.RewardStub(conn.channel)
 
-    def _request(self, items: Iterable[GradeItem], batch_id: int = 0) -> reward_pb2.GradeRequest:
+    def _request(self, items: list[GradeItem], batch_id: int = 0, screened: bool = False) -> reward_pb2.GradeRequest:
         req = reward_pb2.GradeRequest(config=self._config_pb, batch_id=batch_id, json_replies=True,
                                       jsonl_replies=True)
-        items = list(items)
         if wire.CONVERSATIONS_JSONL in self.features and all(item.turns is None for item in items):
             req.conversations_jsonl = b"".join(map(_jsonl_line, items))
+            req.accept_screened = screened and wire.SCREENED_LINES in self.features
             return req
         for item in items:
             pb = req.items.add()
@@ -197,10 +252,11 @@ class RemoteReward(_RemoteMixin, Reward):
         return req
 
     def grade(self, items: Iterable[GradeItem]) -> list[dict[str, Any]]:
-        reply = self.conn.unary("Reward.Grade", self._stub.Grade, self._request(items))
+        reply = self.conn.unary("Reward.Grade", self._stub.Grade, self._request(list(items)))
         return _rows(reply, self.full_name, "Reward.Grade")
 
-    def grade_many(self, batches: Iterable[list[GradeItem]], *, in_flight: int = 4) -> Iterator[list[dict]]:
+    def grade_many(self, batches: Iterable[list[GradeItem]], *, screened: bool = False,
+                   in_flight: int = 2) -> Iterator[list[dict]]:
         """Pipelined: up to `in_flight` batches on one stream, so the plugin grades while we read on.
 
         The caller's thread pulls the batches (parsing them, for `improve`) and encodes the requests; gRPC's sending
@@ -214,26 +270,28 @@ class RemoteReward(_RemoteMixin, Reward):
                 yield req
 
         call = self._stub.GradeStream(requests(), metadata=self.conn.metadata)
-        pending = 0
+        who, name = self.full_name, "Reward.GradeStream"
+        pending: deque[list[GradeItem]] = deque()
+        finished = False
         try:
-            source = iter(batches)
-            for i, batch in enumerate(source):
-                outbox.put(self._request(batch, batch_id=i))
-                pending += 1
-                if pending >= in_flight:
-                    yield _rows(next(call), self.full_name, "Reward.GradeStream")
-                    pending -= 1
+            for i, batch in enumerate(batches):
+                batch = list(batch)
+                outbox.put(self._request(batch, batch_id=i, screened=screened))
+                pending.append(batch)
+                if len(pending) >= in_flight:
+                    yield _rows(next(call), who, name, pending.popleft())
             outbox.put(end)
-            for _ in range(pending):
-                yield _rows(next(call), self.full_name, "Reward.GradeStream")
+            while pending:
+                yield _rows(next(call), who, name, pending.popleft())
+            finished = True
         except grpc.RpcError as exc:
-            raise self.conn.explain("Reward.GradeStream", exc) from None
+            raise self.conn.explain(name, exc) from None
         except StopIteration:
-            raise PluginError(self.full_name, "Reward.GradeStream",
-                              f"the stream ended with {pending} batches unanswered") from None
+            raise PluginError(who, name, f"the stream ended with {len(pending)} batches unanswered") from None
         finally:
             outbox.put(end)
-            call.cancel()
+            if not finished:  # stop the plugin's work; a finished stream closes by itself
+                call.cancel()
 
 
 class RemoteIngestor(_RemoteMixin, Ingestor):

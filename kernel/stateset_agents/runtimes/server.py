@@ -25,7 +25,7 @@ import orjson
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from .._version import __version__
-from ..components import Component, GradeItem, Reject, Source
+from ..components import Component, GradeItem, Reject, Reward, Source, TurnGrade, make_grade_row
 from ..contracts import (CONTRACT_VERSIONS, common_pb2, evaluator_pb2_grpc, ingestor_pb2, ingestor_pb2_grpc,
                          plugin_pb2, plugin_pb2_grpc, provider_pb2, provider_pb2_grpc, reward_pb2,
                          reward_pb2_grpc, trainer_pb2_grpc)
@@ -123,6 +123,10 @@ def _guard_stream(call: str, fn: Callable) -> Callable:
     def wrapped(request, context):
         try:
             yield from fn(request, context)
+        except grpc.RpcError:
+            if context.is_active():
+                raise
+            # The client went away (it cancelled, or finished early): nobody is left to tell.
         except (InputError, StatesetError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001
@@ -196,12 +200,15 @@ class RewardServicer(reward_pb2_grpc.RewardServicer):
         if request.conversations_jsonl:
             if request.items:
                 raise InputError("a batch comes as items or as conversations_jsonl, not both")
-            items = _jsonl_items(request.conversations_jsonl)
+            lines = _jsonl_lines(request.conversations_jsonl)
+            if request.accept_screened and request.jsonl_replies:
+                return _grade_screened(reward, lines, request.batch_id)
+            rows = reward.grade([GradeItem(_parse_line(line, n)) for n, line in enumerate(lines, start=1)])
         else:
-            items = [GradeItem(orjson.loads(it.conversation_json) if it.conversation_json
-                               else convert.conversation_from_proto(it.conversation),
-                               None if it.all_assistant_turns else list(it.turns)) for it in request.items]
-        rows = reward.grade(items)
+            rows = reward.grade([GradeItem(orjson.loads(it.conversation_json) if it.conversation_json
+                                           else convert.conversation_from_proto(it.conversation),
+                                           None if it.all_assistant_turns else list(it.turns))
+                                 for it in request.items])
         if request.jsonl_replies:  # the lines the kernel writes to graded.jsonl, encoded once, here
             return reward_pb2.GradeReply(grades_jsonl=b"".join(map(dumps_line, rows)), batch_id=request.batch_id)
         if request.json_replies:
@@ -216,21 +223,50 @@ class RewardServicer(reward_pb2_grpc.RewardServicer):
             yield self._grade_one(request)
 
 
-def _jsonl_items(data: bytes) -> list[GradeItem]:
-    """A `conversations_jsonl` batch: every line a conversation object, the last one ended by a newline."""
+def _jsonl_lines(data: bytes) -> list[bytes]:
+    """The lines of a `conversations_jsonl` batch, the last of which must be ended by a newline."""
     lines = data.split(b"\n")
     if lines.pop():
         raise InputError("conversations_jsonl must end with a newline")
-    items = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            conversation = orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            raise InputError(f"line {number} of conversations_jsonl is not JSON: {exc}") from None
-        if not isinstance(conversation, dict):
-            raise InputError(f"line {number} of conversations_jsonl is not a JSON object")
-        items.append(GradeItem(conversation))
-    return items
+    return lines
+
+
+def _parse_line(line: bytes, number: int) -> dict[str, Any]:
+    try:
+        conversation = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"line {number} of conversations_jsonl is not JSON: {exc}") from None
+    if not isinstance(conversation, dict):
+        raise InputError(f"line {number} of conversations_jsonl is not a JSON object")
+    return conversation
+
+
+def _grade_screened(reward: Reward, lines: list[bytes], batch_id: int) -> reward_pb2.GradeReply:
+    """A batch's reply where the lines the reward screens out are named, not parsed or graded: the client writes
+    their rows. The other lines are parsed and graded together, their rows in grades_jsonl."""
+    screen = reward.screen
+    reasons = [screen(line) for line in lines]
+    rows = reward.grade([GradeItem(_parse_line(line, n))
+                         for n, (line, why) in enumerate(zip(lines, reasons), start=1) if why is None])
+    reply = reward_pb2.GradeReply(grades_jsonl=b"".join(map(dumps_line, rows)), batch_id=batch_id)
+    tails: dict[str, int] = {}
+    for line, why in enumerate(reasons):
+        if why is not None:
+            tail = tails.get(why)
+            if tail is None:
+                tail = tails[why] = len(tails)
+                reply.row_tails.append(_not_applicable_tail(why, reward.identity(), reward.full_name))
+            reply.screened.add(line=line, tail=tail)
+    return reply
+
+
+def _not_applicable_tail(reason: str, identity: dict[str, str], who: str) -> bytes:
+    """What follows the id and turn in the encoded row of a turn graded `TurnGrade.not_applicable(reason)`: made
+    by encoding such a row, so a screened line's rows are byte for byte what grading it would have written."""
+    line = dumps_line(make_grade_row("", 0, TurnGrade.not_applicable(reason), identity, who))
+    if not line.startswith(wire.ROW_HEAD):
+        raise AssertionError(f"grade rows no longer start with the id and turn: {line[:60]!r}")
+    return line[len(wire.ROW_HEAD):]
 
 
 class IngestorServicer(ingestor_pb2_grpc.IngestorServicer):

@@ -3,13 +3,24 @@ from __future__ import annotations
 
 import os
 
+import orjson
+
 PROTOCOL = "stateset-plugin"
 TOKEN_ENV = "STATESET_PLUGIN_TOKEN"
 PARENT_PID_ENV = "STATESET_PLUGIN_PARENT_PID"
 HEALTH_SERVICE = "plugin"
 #: Optional fast paths a server lists in Metadata.features, by component kind: a client uses one only when listed.
 CONVERSATIONS_JSONL = "reward.conversations_jsonl"
-FEATURES = {"reward": (CONVERSATIONS_JSONL,)}
+SCREENED_LINES = "reward.screened_lines"
+FEATURES = {"reward": (CONVERSATIONS_JSONL, SCREENED_LINES)}
+#: How every encoded grade row starts (its first two keys), shown with an empty id and turn 0. A screened line's
+#: rows are this head, with its id and turn, then a tail the server encoded (GradeReply.row_tails).
+ROW_HEAD = b'{"conversation_id":"","turn_index":0,'
+
+
+def screened_row_head(conversation_id: str) -> bytes:
+    """A screened row up to its turn: the turn's digits, a comma and the tail follow."""
+    return b'{"conversation_id":%b,"turn_index":' % orjson.dumps(conversation_id)
 AUTH_HEADER = "authorization"
 
 #: Set explicitly on both ends: large batches of conversations must fit, unbounded ones must not.

@@ -17,6 +17,7 @@ from ._text import message_text, parse_number, number_tokens
 _HASH_MARKER = re.compile(r"####\s*(.+)")
 _ANSWER_LINE = re.compile(r"(?im)^\s*(?:final\s+)?a(?:nswer)?\s*:\s*(.+)$")
 _ANSWER_PHRASE = re.compile(r"(?i)\b(?:final\s+answer|the\s+answer)\s*(?:is|=|:)\s*(.+)")
+_NO_REFERENCE = "no reference_answer in metadata or config"
 _FRAC = re.compile(r"\\d?frac\{([^{}]*)\}\{([^{}]*)\}")
 
 
@@ -77,6 +78,14 @@ class GSM8KReward(Reward):
         "additionalProperties": False,
     }
 
+    def screen(self, raw_json: bytes) -> str | None:
+        # Most conversations of a mixed log are not maths questions: without the key in the text, no metadata holds
+        # a reference. JSON can spell the key's letters as \u00XX escapes, so text with any such escape is parsed.
+        if self.config.get("reference_answer") is None and b'"reference_answer"' not in raw_json \
+                and b"\\u00" not in raw_json:
+            return _NO_REFERENCE
+        return None
+
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
         return self.grade_conversation(conversation, [turn_index])[0]
 
@@ -85,7 +94,7 @@ class GSM8KReward(Reward):
         metadata = conversation.get("metadata") or {}
         reference_raw = metadata.get("reference_answer", self.config.get("reference_answer"))
         if reference_raw is None:
-            return [TurnGrade.not_applicable("no reference_answer in metadata or config") for _ in turns]
+            return [TurnGrade.not_applicable(_NO_REFERENCE) for _ in turns]
         reference, _ = extract_answer(str(reference_raw))
         if reference is None:
             reason = f"reference answer {str(reference_raw)[:40]!r} has no number"
