@@ -150,7 +150,7 @@ def test_a_malformed_screened_reply_fails_closed():
 
     items = [_line("a", "xx"), _line("b", "yy")]
     tail = b'"score":0.0,"applicable":false,"breakdown":{},"reason":"r","reward":{}}\n'
-    good = reward_pb2.GradeReply(screened=[reward_pb2.ScreenedLine(line=0, tail=0)], row_tails=[tail],
+    good = reward_pb2.GradeReply(screened=[0], screened_tail=[0], row_tails=[tail],
                                  grades_jsonl=b'{"conversation_id":"b","turn_index":1}\n')
     assert _rows(good, "reward:r", "Reward.GradeStream", items).jsonl.startswith(
         b'{"conversation_id":"a","turn_index":1,"score":0.0')
@@ -162,12 +162,12 @@ def test_a_malformed_screened_reply_fails_closed():
                  b'"score":2.0,"applicable":false,"breakdown":{}}\n',  # out of range
                  b'"score":0.0,"applicable":false,"breakdown":{}')  # no newline
     for bad in bad_tails:
-        reply = reward_pb2.GradeReply(screened=[reward_pb2.ScreenedLine(line=0, tail=0)], row_tails=[bad])
+        reply = reward_pb2.GradeReply(screened=[0], screened_tail=[0], row_tails=[bad])
         with pytest.raises(PluginError, match="reward:r.*Reward.GradeStream.*screened"):
             _rows(reply, "reward:r", "Reward.GradeStream", items)
-    for lines in ([(2, 0)], [(0, 0), (0, 0)], [(1, 1)]):  # out of the batch, named twice, no such tail
-        reply = reward_pb2.GradeReply(screened=[reward_pb2.ScreenedLine(line=n, tail=t) for n, t in lines],
-                                      row_tails=[tail])
+    # Out of the batch, named twice, no such tail, a line without its tail.
+    for lines, tails in (([2], [0]), ([0, 0], [0, 0]), ([1], [1]), ([0, 1], [0])):
+        reply = reward_pb2.GradeReply(screened=lines, screened_tail=tails, row_tails=[tail])
         with pytest.raises(PluginError, match="screened"):
             _rows(reply, "reward:r", "Reward.GradeStream", items)
 

@@ -65,26 +65,20 @@ class Grade(_message.Message):
     reward: RewardIdentity
     def __init__(self, conversation_id: _Optional[str] = ..., turn_index: _Optional[int] = ..., score: _Optional[float] = ..., applicable: _Optional[bool] = ..., breakdown_json: _Optional[bytes] = ..., reason: _Optional[str] = ..., reward: _Optional[_Union[RewardIdentity, _Mapping]] = ...) -> None: ...
 
-class ScreenedLine(_message.Message):
-    __slots__ = ("line", "tail")
-    LINE_FIELD_NUMBER: _ClassVar[int]
-    TAIL_FIELD_NUMBER: _ClassVar[int]
-    line: int
-    tail: int
-    def __init__(self, line: _Optional[int] = ..., tail: _Optional[int] = ...) -> None: ...
-
 class GradeReply(_message.Message):
-    __slots__ = ("grades", "batch_id", "grades_json", "grades_jsonl", "screened", "row_tails")
+    __slots__ = ("grades", "batch_id", "grades_json", "grades_jsonl", "screened", "screened_tail", "row_tails")
     GRADES_FIELD_NUMBER: _ClassVar[int]
     BATCH_ID_FIELD_NUMBER: _ClassVar[int]
     GRADES_JSON_FIELD_NUMBER: _ClassVar[int]
     GRADES_JSONL_FIELD_NUMBER: _ClassVar[int]
     SCREENED_FIELD_NUMBER: _ClassVar[int]
+    SCREENED_TAIL_FIELD_NUMBER: _ClassVar[int]
     ROW_TAILS_FIELD_NUMBER: _ClassVar[int]
     grades: _containers.RepeatedCompositeFieldContainer[Grade]
     batch_id: int
     grades_json: bytes
     grades_jsonl: bytes
-    screened: _containers.RepeatedCompositeFieldContainer[ScreenedLine]
+    screened: _containers.RepeatedScalarFieldContainer[int]
+    screened_tail: _containers.RepeatedScalarFieldContainer[int]
     row_tails: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, grades: _Optional[_Iterable[_Union[Grade, _Mapping]]] = ..., batch_id: _Optional[int] = ..., grades_json: _Optional[bytes] = ..., grades_jsonl: _Optional[bytes] = ..., screened: _Optional[_Iterable[_Union[ScreenedLine, _Mapping]]] = ..., row_tails: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    def __init__(self, grades: _Optional[_Iterable[_Union[Grade, _Mapping]]] = ..., batch_id: _Optional[int] = ..., grades_json: _Optional[bytes] = ..., grades_jsonl: _Optional[bytes] = ..., screened: _Optional[_Iterable[int]] = ..., screened_tail: _Optional[_Iterable[int]] = ..., row_tails: _Optional[_Iterable[bytes]] = ...) -> None: ...

@@ -248,16 +248,16 @@ def _grade_screened(reward: Reward, lines: list[bytes], batch_id: int) -> reward
     reasons = [screen(line) for line in lines]
     rows = reward.grade([GradeItem(_parse_line(line, n))
                          for n, (line, why) in enumerate(zip(lines, reasons), start=1) if why is None])
-    reply = reward_pb2.GradeReply(grades_jsonl=b"".join(map(dumps_line, rows)), batch_id=batch_id)
     tails: dict[str, int] = {}
+    screened, screened_tail = [], []
     for line, why in enumerate(reasons):
         if why is not None:
-            tail = tails.get(why)
-            if tail is None:
-                tail = tails[why] = len(tails)
-                reply.row_tails.append(_not_applicable_tail(why, reward.identity(), reward.full_name))
-            reply.screened.add(line=line, tail=tail)
-    return reply
+            screened.append(line)
+            screened_tail.append(tails.setdefault(why, len(tails)))
+    return reward_pb2.GradeReply(
+        grades_jsonl=b"".join(map(dumps_line, rows)), batch_id=batch_id, screened=screened,
+        screened_tail=screened_tail,
+        row_tails=[_not_applicable_tail(why, reward.identity(), reward.full_name) for why in tails])
 
 
 def _not_applicable_tail(reason: str, identity: dict[str, str], who: str) -> bytes:
