@@ -21,6 +21,7 @@ import contextlib
 import math
 import os
 import shlex
+import threading
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -199,8 +200,9 @@ def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.Pa
 
     with load_component(reward, kind="reward", config=config, runtime=runtime) as grader, \
             ThreadPoolExecutor(1) as hasher, rare_gc():
-        # hashlib releases the GIL on large blocks, so the input's digest costs no time beside the parsing.
-        input_sha = hasher.submit(sha256_file, src)
+        # hashlib releases the GIL on large blocks, so the input's digest costs no time beside the parsing; at a low
+        # priority, so that it takes no core from an out-of-process reward either.
+        input_sha = hasher.submit(_background_digest, src)
         identity = grader.identity()
         who = f"reward:{identity['name']}"
         with contextlib.ExitStack() as stack:
@@ -241,6 +243,12 @@ def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.Pa
             next_file.write(render_next_steps(summary))
             summary_file.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
     return summary
+
+
+def _background_digest(path: Path) -> str:
+    with contextlib.suppress(OSError, AttributeError):  # Linux threads each have their own niceness
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    return sha256_file(path)
 
 
 def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, threshold: float, fraction: float,

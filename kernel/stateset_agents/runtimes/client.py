@@ -189,20 +189,26 @@ def _with_screened(reply: reward_pb2.GradeReply, batch: list[GradeItem], who: st
         if not 0 <= tail < len(tails):
             raise refuse(f"tail {tail} of {len(tails)}")
         screened[line] = tails[tail]
-    row_lines = graded.jsonl.split(b"\n")  # one row a line (checked), and an empty string after the last
+    # The graded rows are one a line (checked): a line's rows are spliced in as one slice of the reply's bytes.
+    data, start = graded.jsonl, 0
     parts: list[bytes] = []
-    taken = written = 0
+    written = 0
     for position, item in enumerate(batch):
-        turns = item.assistant_turns if item.assistant_turns is not None else assistant_turns(item.conversation)
+        turns = item.assistant_turns
+        if turns is None:
+            turns = assistant_turns(item.conversation)
         tail = screened.get(position)
         if tail is None:
-            parts.extend(line + b"\n" for line in row_lines[taken:taken + len(turns)])
-            taken += len(turns)
+            end = start
+            for _ in turns:
+                end = data.find(b"\n", end) + 1 or len(data)
+            parts.append(data[start:end])
+            start = end
         else:
             head = wire.screened_row_head(str(item.conversation.get("id", "")))
-            parts.extend([b"%b%d,%b" % (head, turn, tail) for turn in turns])
+            parts.append(b"".join([b"%b%d,%b" % (head, turn, tail) for turn in turns]))
             written += len(turns)
-    parts.extend(line + b"\n" for line in row_lines[taken:-1])  # a surplus goes on, for the caller to refuse
+    parts.append(data[start:])  # a surplus goes on, for the caller to refuse
     return GradeRows(graded, b"".join(parts), frozenset(screened), written)
 
 
@@ -260,11 +266,13 @@ class RemoteReward(_RemoteMixin, Reward):
 
     def grade_many(self, batches: Iterable[list[GradeItem]], *, screened: bool = False,
                    in_flight: int = 2) -> Iterator[list[dict]]:
-        """Pipelined: up to `in_flight` batches on one stream, so the plugin grades while we read on.
+        """Pipelined: up to `in_flight` batches on one stream, so the plugin grades while we read on (with 2 the
+        plugin already waits for us; 3 and 4 only kept more parsed batches out of the CPU cache).
 
         The caller's thread pulls the batches (parsing them, for `improve`) and encodes the requests; gRPC's sending
         thread only takes them from a queue. Pulling them in gRPC's thread instead made two of our threads take
-        turns on the GIL for every batch, which cost more CPU than the grading it moved out."""
+        turns on the GIL for every batch, which cost more CPU than the grading it moved out. With `screened`, a
+        batch's rows may be `GradeRows` that list only the conversations the reward did not screen out."""
         outbox: queue.Queue = queue.Queue()
         end = object()
 

@@ -123,10 +123,11 @@ def _guard_stream(call: str, fn: Callable) -> Callable:
     def wrapped(request, context):
         try:
             yield from fn(request, context)
-        except grpc.RpcError:
-            if context.is_active():
-                raise
-            # The client went away (it cancelled, or finished early): nobody is left to tell.
+        except grpc.RpcError as exc:
+            if not context.is_active():
+                return  # the client went away (it cancelled, or stopped early): nobody is left to tell
+            traceback.print_exc(file=sys.stderr)
+            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
         except (InputError, StatesetError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001
