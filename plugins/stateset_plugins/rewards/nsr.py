@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 import threading
 from bisect import bisect_left
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Mapping  # not typing's: its isinstance checks are several times slower
+from functools import partial
+from typing import Any, Callable, Sequence
 
 from stateset_agents import Reward, TurnGrade
 
@@ -138,18 +140,21 @@ def _expand(phrases: Sequence[Any], words: Mapping[str, Sequence[str]]) -> tuple
 
 class _Conversation:
     """One conversation's messages with what judging reads from them (texts, tool calls with parsed
-    arguments, parsed tool results), each derived on first use and kept for the conversation's other turns."""
+    arguments, parsed tool results), each derived once and kept for the conversation's other turns: the texts
+    at once (nearly every one is read, most are plain strings), the rest on first use."""
 
-    __slots__ = ("messages", "by_role", "_texts", "_calls", "_results", "_holding", "_spoken", "_successful")
+    __slots__ = ("messages", "by_role", "texts", "_calls", "_results", "_holding", "_spoken", "_successful")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]]):
         self.messages = messages
         self.by_role: dict[str, list[int]] = {"user": [], "assistant": [], "tool": []}
+        self.texts: list[str] = []  # message_text of each message
         for index, message in enumerate(messages):
             indices = self.by_role.get(message.get("role"))
             if indices is not None:
                 indices.append(index)
-        self._texts: dict[int, str] = {}
+            content = message.get("content")
+            self.texts.append(content if type(content) is str else "" if content is None else message_text(message))
         self._calls: dict[int, list[tuple[dict[str, Any], Any]]] = {}
         self._results: dict[int, Any] = {}
         self._holding: dict[tuple[str, tuple[str, ...]], list[int]] = {}
@@ -167,10 +172,19 @@ class _Conversation:
                     if arguments is None:
                         continue
                     answer = tool_result_index(self.messages, call["id"], index + 1)
-                    if answer is not None and not is_error_result(self.text(answer)):
+                    if answer is not None and not self._errored(answer):
                         made.append((index, call["name"], arguments, answer))
             self._successful = made
         return self._successful
+
+    def _errored(self, index: int) -> bool:
+        """`is_error_result` of tool message `index`. A JSON object is parsed to find an "error" key: the parse is
+        kept as the message's `result` (the text is what `is_error_result` would parse: it has no leading space)."""
+        text = self.texts[index]
+        if text.startswith("{"):
+            data = self.result(index)
+            return isinstance(data, dict) and bool(data.get("error"))
+        return is_error_result(text)
 
     def holding(self, role: str, words: tuple[str, ...]) -> list[int]:
         """The indices of the messages of `role` that hold one of the phrases, in order: found once for the whole
@@ -178,28 +192,26 @@ class _Conversation:
         key = (role, words)
         found = self._holding.get(key)
         if found is None:
-            found = self._holding[key] = [i for i in self.by_role[role] if self.says(i, words)]
+            search, texts = phrases(words).search, self.texts
+            found = self._holding[key] = [i for i in self.by_role[role] if search(texts[i])]
         return found
 
     def spoken(self, role: str) -> list[int]:
         """The indices of the messages of `role` with text (an agent's tool-call-only turns say nothing)."""
         found = self._spoken.get(role)
         if found is None:
-            found = self._spoken[role] = [i for i in self.by_role[role] if self.text(i).strip()]
+            texts = self.texts
+            found = self._spoken[role] = [i for i in self.by_role[role] if texts[i].strip()]
         return found
-
-    def text(self, index: int) -> str:
-        text = self._texts.get(index)
-        if text is None:
-            text = self._texts[index] = message_text(self.messages[index])
-        return text
 
     def says(self, index: int, words: tuple[str, ...]) -> bool:
         """Does message `index` contain one of the phrases (word-bounded, case-insensitive)?"""
-        return phrases(words).search(self.text(index))
+        return phrases(words).search(self.texts[index])
 
-    def calls(self, index: int) -> list[tuple[dict[str, Any], Any]]:
+    def calls(self, index: int) -> Sequence[tuple[dict[str, Any], Any]]:
         """(call, parsed arguments or None) for each tool call of message `index`."""
+        if not self.messages[index].get("tool_calls"):
+            return ()  # most turns: nothing to parse or keep
         calls = self._calls.get(index)
         if calls is None:
             calls = self._calls[index] = [(call, parse_arguments(call["arguments"])[0])
@@ -209,7 +221,7 @@ class _Conversation:
     def result(self, index: int) -> Any:
         """The parsed content of tool message `index` (JSON as data, else the text)."""
         if index not in self._results:
-            self._results[index] = parse_json_maybe(self.text(index))
+            self._results[index] = parse_json_maybe(self.texts[index])
         return self._results[index]
 
 
@@ -225,6 +237,11 @@ class _Context:
         self._facts: dict[str, Any] = {}
         self._expanded: dict[tuple[Any, ...], tuple[str, ...]] = {}  # word-list names -> their phrases
         self._evaluator = Evaluator(self._resolve, self._functions())
+        # A decision of a kind no rule judges gets no verdict: not deriving it saves, e.g., a phrase search of
+        # every reply for refusals when the policy has no rule about refusals.
+        kinds = {rule["decision"]["kind"] for rule in policy["rules"]}
+        self._judged = {decision for decision, triggers in _KINDS_FOR.items() if kinds.intersection(triggers)}
+        self._refusal = phrases(self.words.get("refusal", ()))
 
     def start(self, seen: _Conversation) -> "_Context":
         self.seen = seen
@@ -237,15 +254,19 @@ class _Context:
 
     # ------------------------------------------------------------------------------------------- decisions
     def decisions(self) -> list[dict[str, Any]]:
-        index = self.turn_index
+        index, judged = self.turn_index, self._judged
         calls = self.seen.calls(index)
-        text = self.seen.text(index)
-        shape = {"tool_calls": len(calls), "has_text": bool(text.strip()), "text": text}
-        found = [{"kind": "turn", "label": "turn", "turn": shape, "args": {}, "call": None, "text": text}]
-        for call, arguments in calls:
-            found.append({"kind": "call", "label": call["name"], "call": call["name"], "turn": shape,
-                          "args": arguments if arguments is not None else UNKNOWN, "text": text})
-        if text.strip() and self.seen.says(index, self.words.get("refusal", ())):
+        text = self.seen.texts[index]
+        has_text = bool(text.strip())
+        shape = {"tool_calls": len(calls), "has_text": has_text, "text": text}
+        found = []
+        if "turn" in judged:
+            found.append({"kind": "turn", "label": "turn", "turn": shape, "args": {}, "call": None, "text": text})
+        if "call" in judged:
+            for call, arguments in calls:
+                found.append({"kind": "call", "label": call["name"], "call": call["name"], "turn": shape,
+                              "args": arguments if arguments is not None else UNKNOWN, "text": text})
+        if "refusal" in judged and has_text and self._refusal.search(text):
             found.append({"kind": "refusal", "label": "refusal", "turn": shape, "args": {}, "call": None,
                           "text": text})
         return found
@@ -289,22 +310,24 @@ class _Context:
             "args_of": lambda tool, **match: self._result(tool, _want="arguments", **match),
             "results_of": self._results_of,
             "records_of": self._records_of,
-            "user_said": lambda *p: self._said_by("user", p, every=True),
-            "user_said_last": lambda *p: self._said_by("user", p, every=False),
-            "agent_said": lambda *p: self._said_by("assistant", p, every=True),
-            "agent_said_last": lambda *p: self._said_by("assistant", p, every=False),
+            # partials, not lambdas: these run for nearly every turn, and a partial adds no Python call
+            "user_said": partial(self._said_before, "user"),
+            "user_said_last": partial(self._said_last, "user"),
+            "agent_said": partial(self._said_before, "assistant"),
+            "agent_said_last": partial(self._said_last, "assistant"),
             "turn_says": lambda *p: self.seen.says(self.turn_index, self._expand(p)),
             "turn_matches": lambda pattern: _regex_matches(pattern, self.decision["text"]),
             "seen": self._seen,
         })
 
     # ------------------------------------------------------------------------------------------------ facts
-    def _said_by(self, role: str, phrases_or_lists: tuple[Any, ...], every: bool) -> bool:
-        """Does some message of `role` in the prefix (or, not `every`, the latest one with text) hold a phrase?"""
-        words = self._expand(phrases_or_lists)
-        if every:
-            return self._holds_before(role, words)
-        holding = self.seen.holding(role, words)
+    def _said_before(self, role: str, *phrases_or_lists: Any) -> bool:
+        """Does some message of `role` in the prefix hold a phrase?"""
+        return self._holds_before(role, self._expand(phrases_or_lists))
+
+    def _said_last(self, role: str, *phrases_or_lists: Any) -> bool:
+        """Does the latest message of `role` with text in the prefix hold a phrase?"""
+        holding = self.seen.holding(role, self._expand(phrases_or_lists))
         last = self._last_index(role)
         if last is None:
             return False
@@ -338,7 +361,7 @@ class _Context:
     def _user_confirmed(self) -> bool:
         """The latest user message says yes (an `affirm` word) and does not say no (`negate`) before it."""
         index = self._last_index("user")
-        last = self.seen.text(index) if index is not None else ""
+        last = self.seen.texts[index] if index is not None else ""
         yes = find_phrases(last, self.words.get("affirm", ()))
         no = find_phrases(last, self.words.get("negate", ()))
         if not yes:

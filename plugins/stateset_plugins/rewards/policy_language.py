@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Mapping  # not typing's: its isinstance checks are several times slower
 from datetime import datetime
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from stateset_agents.errors import InputError
 
@@ -354,7 +355,17 @@ def _call(node: ast.Call) -> Callable[[Evaluator], Any]:
             return function(*args, **kwargs)
         except (TypeError, ValueError, KeyError):
             return UNKNOWN
-    return run
+
+    def run_positional(ev: Evaluator) -> Any:  # the same without keywords: most calls, once per judged rule
+        function = ev.functions.get(name)
+        if function is None:
+            raise InputError(f"policy expression calls unknown function {name!r}", field="policy")
+        args = [a(ev) for a in positional]
+        try:
+            return function(*args)
+        except (TypeError, ValueError, KeyError):
+            return UNKNOWN
+    return run if keywords else run_positional
 
 
 def _comprehension(node: ast.GeneratorExp | ast.ListComp) -> Callable[[Evaluator], Any]:
