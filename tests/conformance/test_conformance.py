@@ -139,3 +139,29 @@ def test_long_work_fails_closed_on_an_empty_request(spec, tmp_path):
             assert events, "a stream must end with completed or failed"
             assert events[-1]["type"] == "failed", events[-1]
             assert all(e["type"] != "completed" for e in events)
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS if s.kind == "reward" and s.available and
+                                  s.name != "test_faulty"], ids=lambda s: s.full_name)
+def test_screening_answers_what_grading_would(spec):
+    """`Reward.screen` may only say "nothing here is applicable" where grading says so too, for the same reason;
+    and a batch graded with screening, in any runtime, writes the bytes in-process grading writes."""
+    import orjson
+
+    from stateset_agents.jsonio import dumps_line
+
+    bare = [{**c, "id": f"{c['id']}-bare", "metadata": {}, "tools": []} for c in SAMPLE_CONVERSATIONS]
+    conversations = SAMPLE_CONVERSATIONS + bare
+    items = [GradeItem(c, raw_json=orjson.dumps(c), assistant_turns=assistant_turns(c)) for c in conversations]
+    with _load(spec, "inprocess") as reward:
+        rows = reward.grade(items)
+        for item in items:
+            reason = reward.screen(item.raw_json)
+            if reason is not None:
+                graded = [r for r in rows if r["conversation_id"] == item.conversation["id"]]
+                assert all(not r["applicable"] and r["reason"] == reason and r["breakdown"] == {} for r in graded)
+    for runtime in available_runtimes(spec):
+        with _load(spec, runtime) as reward:
+            batches = list(reward.grade_many([items[:2], items[2:]], screened=True))
+        assert b"".join(getattr(b, "jsonl", None) or b"".join(map(dumps_line, b)) for b in batches) == \
+            b"".join(map(dumps_line, rows)), runtime
