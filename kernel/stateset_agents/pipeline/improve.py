@@ -21,6 +21,7 @@ import contextlib
 import math
 import os
 import shlex
+import sys
 import threading
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -246,8 +247,9 @@ def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.Pa
 
 
 def _background_digest(path: Path) -> str:
-    with contextlib.suppress(OSError, AttributeError):  # Linux threads each have their own niceness
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    if sys.platform.startswith("linux"):  # where a thread has its own niceness (elsewhere the id names a process)
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
     return sha256_file(path)
 
 
