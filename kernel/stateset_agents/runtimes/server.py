@@ -76,14 +76,13 @@ class ComponentHost:
         self._calls: dict[str, Component] = {}
 
     def component(self, config: common_pb2.ComponentConfig, *, fresh: bool = False) -> Component:
-        cfg = orjson.loads(config.json) if config.json else {}
         if fresh:
-            return self.cls(cfg)
+            return self.cls(orjson.loads(config.json) if config.json else {})
         key = config.sha256 or config.json.decode()
         with self._lock:
             inst = self._instances.get(key)
-            if inst is None:
-                inst = self._instances[key] = self.cls(cfg)
+            if inst is None:  # parsed once per configuration (a policy rides in every grading request)
+                inst = self._instances[key] = self.cls(orjson.loads(config.json) if config.json else {})
             return inst
 
     def track(self, call_id: str, comp: Component) -> None:
