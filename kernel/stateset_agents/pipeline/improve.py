@@ -285,8 +285,7 @@ def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, thres
             yield items
 
     # An out-of-process reward pipelines batches (its grading overlaps our parsing and writing) through grade_many.
-    grade_many = getattr(grader, "grade_many", None)
-    results = grade_many(batches(), screened=True) if grade_many else (grader.grade(items) for items in batches())
+    results = grader.grade_many(batches(), screened=True)
     add_score = tally.add
     # Per-turn counts in locals: this loop runs for every assistant turn of the input.
     applicable_n = curated_n = withheld_n = prompts_n = 0

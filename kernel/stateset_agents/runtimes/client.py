@@ -5,6 +5,7 @@ raised, died, timed out, or refused us). A stream that ends without its final ev
 """
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 import time
@@ -179,7 +180,10 @@ def _with_screened(reply: reward_pb2.GradeReply, batch: list[GradeItem], who: st
         return PluginError(who, call, f"the reply's screened lines are malformed: {why}")
 
     graded = _jsonl_rows(reply.grades_jsonl, who, call) if reply.grades_jsonl else GradeRows([], b"")
-    tails = [_checked_tail(tail, refuse) for tail in reply.row_tails]
+    tails = list(reply.row_tails)
+    for tail in tails:
+        if (why := _tail_problem(tail)) is not None:
+            raise refuse(why)
     if len(reply.screened) != len(reply.screened_tail):
         raise refuse(f"{len(reply.screened)} lines but {len(reply.screened_tail)} tails named")
     screened: dict[int, bytes] = {}
@@ -212,20 +216,22 @@ def _with_screened(reply: reward_pb2.GradeReply, batch: list[GradeItem], who: st
     return GradeRows(graded, b"".join(parts), frozenset(screened), written)
 
 
-def _checked_tail(tail: bytes, refuse: Callable[[str], PluginError]) -> bytes:
-    """A row tail must complete one not-applicable row on one line, and leave its id and turn alone."""
+@functools.lru_cache(maxsize=64)  # a reward sends the same few tails with every batch
+def _tail_problem(tail: bytes) -> str | None:
+    """What is wrong with a row tail, if anything: it must complete one not-applicable row on one line, and leave
+    its id and turn alone."""
     if not tail.endswith(b"\n") or tail.count(b"\n") != 1:
-        raise refuse("a row tail is not one line")
+        return "a row tail is not one line"
     try:
         row = orjson.loads(wire.ROW_HEAD + tail)
     except orjson.JSONDecodeError as exc:
-        raise refuse(f"a row tail does not complete a JSON row ({exc})") from None
+        return f"a row tail does not complete a JSON row ({exc})"
     score = row.get("score") if isinstance(row, dict) else None
     if (not isinstance(row, dict) or row.get("conversation_id") != "" or row.get("turn_index") != 0
             or row.get("applicable") is not False or type(score) is not float or not 0.0 <= score <= 1.0
             or not isinstance(row.get("breakdown"), dict)):
-        raise refuse(f"a row tail does not make a not-applicable row: {tail[:80]!r}")
-    return tail
+        return f"a row tail does not make a not-applicable row: {tail[:80]!r}"
+    return None
 
 
 def _jsonl_line(item: GradeItem) -> bytes:

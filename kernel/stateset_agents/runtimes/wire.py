@@ -13,14 +13,6 @@ HEALTH_SERVICE = "plugin"
 CONVERSATIONS_JSONL = "reward.conversations_jsonl"
 SCREENED_LINES = "reward.screened_lines"
 FEATURES = {"reward": (CONVERSATIONS_JSONL, SCREENED_LINES)}
-#: How every encoded grade row starts (its first two keys), shown with an empty id and turn 0. A screened line's
-#: rows are this head, with its id and turn, then a tail the server encoded (GradeReply.row_tails).
-ROW_HEAD = b'{"conversation_id":"","turn_index":0,'
-
-
-def screened_row_head(conversation_id: str) -> bytes:
-    """A screened row up to its turn: the turn's digits, a comma and the tail follow."""
-    return b'{"conversation_id":%b,"turn_index":' % orjson.dumps(conversation_id)
 AUTH_HEADER = "authorization"
 
 #: Set explicitly on both ends: large batches of conversations must fit, unbounded ones must not.
@@ -44,6 +36,16 @@ IDLE_TIMEOUT_SECONDS = _seconds("STATESET_PLUGIN_IDLE_TIMEOUT_S", 60.0)
 #: Deadline for unary calls (a batch of grades, a quote) and for the handshake line.
 UNARY_DEADLINE_SECONDS = _seconds("STATESET_PLUGIN_DEADLINE_S", 300.0)
 HANDSHAKE_TIMEOUT_SECONDS = _seconds("STATESET_PLUGIN_HANDSHAKE_TIMEOUT_S", 30.0)
+
+
+def screened_row_head(conversation_id: str) -> bytes:
+    """How an encoded grade row starts (its first two keys), up to its turn's digits. A screened line's rows are
+    this head, the turn and a comma, then a tail the server encoded (GradeReply.row_tails)."""
+    return b'{"conversation_id":%b,"turn_index":' % orjson.dumps(conversation_id)
+
+
+#: The head of a row with an empty id and turn 0: what a row tail is cut from, and checked against.
+ROW_HEAD = screened_row_head("") + b"0,"
 
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:
