@@ -77,8 +77,11 @@ def test_improve_through_a_plugin_writes_what_in_process_writes_on_a_mixed_log(t
     lines += [orjson.dumps(record) for record in tau_log_records()[:12]]
     lines.append(b'{"id":"escaped","messages":[{"role":"user","content":"2+2?"},{"role":"assistant","content":'
                  b'"#### 4"}],"metadata":{"\\u0072eference_answer":"4"}}')
-    lines.append(b'{"id":7,"messages":[{"role":"user","content":"say \\"reference_answer\\""},'
+    # The key's text as a value: not screened (it might be a key), so parsed, and found to hold no reference.
+    lines.append(b'{"id":7,"messages":[{"role":"user","content":"reference_answer"},'
                  b'{"role":"assistant","content":"ok"}]}')
+    screened = [GSM8KReward().screen(line) is not None for line in lines]
+    assert screened == [False] * 12 + [True] * 12 + [False, False]
     transcripts = tmp_path / "transcripts.jsonl"
     transcripts.write_bytes(b"\n".join(lines) + b"\n")
     for runtime in ("inprocess", "subprocess"):
