@@ -321,10 +321,9 @@ def chat(
 
 
 def chat_loop(model, settings: dict[str, Any], *, system: Optional[str] = None, reward: Optional[str] = None,
-              policy: Optional[Path] = None, metadata: Optional[dict[str, Any]] = None) -> int:
+              policy: Optional[Path] = None, metadata: Optional[dict[str, Any]] = None) -> None:
     """The conversation over stdin/stdout with `model`: anything whose `run(request)` yields evaluator:chat's
-    events for {**settings, "messages": history} (the component in any runtime, or a remote chat session).
-    Returns the number of replies."""
+    events for {**settings, "messages": history} (the component in any runtime, or a remote chat session)."""
     import contextlib
 
     from ..components import GradeItem
@@ -335,7 +334,6 @@ def chat_loop(model, settings: dict[str, Any], *, system: Optional[str] = None, 
     start = [{"role": "system", "content": system}] if system else []
     history: list[dict[str, Any]] = list(start)
     grades: list[dict[str, Any]] = []
-    replies = 0
     with contextlib.ExitStack() as stack:
         grader = stack.enter_context(load_component(reward if ":" in reward else f"reward:{reward}",
                                                     config=_reward_config(policy))) if reward else None
@@ -371,7 +369,6 @@ def chat_loop(model, settings: dict[str, Any], *, system: Optional[str] = None, 
                 continue
             reply = last["message"]
             history.append(reply)
-            replies += 1
             shown = last.get("text") or ""
             if reply.get("tool_calls"):
                 shown += " " + " ".join(f"[tool call {c['function']['name']}({c['function']['arguments']})]"
@@ -384,4 +381,3 @@ def chat_loop(model, settings: dict[str, Any], *, system: Optional[str] = None, 
                                "applicable": grade["applicable"], "reason": grade["reason"]})
                 typer.echo(f"  [{grade['reward'].get('name')} score {grade['score']:.3f}"
                            f"{'' if grade['applicable'] else ', not applicable'}] {grade['reason']}")
-    return replies

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from ..errors import InputError, StatesetError
-from ..jsonio import digest, load_json, sha256_file
+from ..jsonio import digest, load_json
 from . import state
 from .cap import FINAL_STATES, Watchdog, check_cap_value, enforce_cap
+from .session import _record
+from .worker import file_entries
 
 SUFFIX = "-chat"
 DEFAULT_MAX_NEW_TOKENS = 256  # evaluator:chat's default
@@ -54,13 +56,12 @@ def adapter_listing(run_dir: Path) -> dict[str, Any]:
     if not adapter.is_dir() or not manifest.is_file():
         raise InputError("the run directory has no adapter/ and manifest.json to chat with", path=str(run_dir))
     recorded = (load_json(manifest).get("adapter") or {}).get("sha256")
+    files = file_entries(run_dir, sorted(p for p in adapter.rglob("*") if p.is_file()) + [manifest])
     weights = adapter / "adapter_model.safetensors"
-    if recorded and weights.exists() and sha256_file(weights) != recorded:
+    entry = next((f for f in files if f["path"] == weights.relative_to(run_dir).as_posix()), None)
+    if recorded and entry is not None and entry["sha256"] != recorded:
         raise InputError("the adapter weights changed after training (sha256 differs from the manifest)",
                          path=str(weights))
-    paths = sorted(p for p in adapter.rglob("*") if p.is_file()) + [manifest]
-    files = [{"path": p.relative_to(run_dir).as_posix(), "sha256": sha256_file(p), "size": p.stat().st_size}
-             for p in paths]
     return {"dir": str(run_dir), "files": files, "sha256": digest(files)}
 
 
@@ -92,10 +93,7 @@ class ChatSession:
 
     # ------------------------------------------------------------------------------------------------- opening
     def quote(self) -> tuple[dict[str, Any], float]:
-        record = state.load_record(self.run_id)
-        if record is None:
-            raise InputError(f"no run {self.run_id!r} is known here (runs are recorded in {state.state_dir()})",
-                             field="run_id")
+        record = _record(self.run_id)
         if record.get("phase") != "collected":
             raise StatesetError(f"run {self.run_id} has no collected adapter to chat with "
                                 f"(phase {record.get('phase')})")
@@ -227,7 +225,6 @@ class ChatSession:
         self._check()
         turn = {k: v for k, v in {**self.decoding, **dict(request)}.items() if v is not None}
         turn.update(session_id=self.session_id, max_new_tokens=self.max_new_tokens)
-        turn.pop("adapter", None)
         try:
             event = dict(self.provider.chat_turn(turn))
         except Exception as exc:  # noqa: BLE001 - ended underneath us, or a failed turn the loop reports

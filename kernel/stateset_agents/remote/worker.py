@@ -34,12 +34,16 @@ GRACE_S = 60.0  # from the stop request to a hard exit
 STOP_FILE = "stop"  # written by a provider's terminate: the trainer stops, saves and ends its hosted session
 
 
+def file_entries(root: Path, paths) -> list[dict[str, Any]]:
+    """{"path" (relative to root, posix), "sha256", "size"} for each of `paths`, in order."""
+    return [{"path": p.relative_to(root).as_posix(), "sha256": sha256_file(p), "size": p.stat().st_size}
+            for p in paths]
+
+
 def receipt_for(run_dir: Path, run_id: str, state: str, final: dict[str, Any] | None) -> dict[str, Any]:
-    files = []
-    if run_dir.is_dir():
-        for path in sorted(p for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith(".")):
-            files.append({"path": path.relative_to(run_dir).as_posix(), "sha256": sha256_file(path),
-                          "size": path.stat().st_size})
+    paths = sorted(p for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith(".")) \
+        if run_dir.is_dir() else []
+    files = file_entries(run_dir, paths)
     return {"run_id": run_id, "state": state, "files": files, "final_event": final, "written_at": time.time()}
 
 

@@ -158,7 +158,7 @@ class LocalProvider(Provider):
             if self.root.is_dir() else []
         chats = [self._chat_status(p.name) for p in sorted(self.chats_root.iterdir()) if (p / "chat.json").exists()] \
             if self.chats_root.is_dir() else []
-        return jobs + [c for c in chats if c["state"] not in ("terminated", "missing")]
+        return jobs + [c for c in chats if c["state"] != "terminated"]
 
     def artifacts(self, request):
         path = self._job(request["run_id"]) / "receipt.json"
