@@ -197,6 +197,11 @@ def normalise_message(message: Any, field: str) -> dict[str, Any]:
     is already canonical is returned as it is (the caller owns it: it was parsed from the line)."""
     if message.__class__ is dict and (plain := _plain_message(message)) is not None:
         return plain
+    return _normalise_full(message, field)
+
+
+def _normalise_full(message: Any, field: str) -> dict[str, Any]:
+    """`normalise_message` without its fast path: every check, with the error for anything invalid."""
     expect(message, dict, field, "a message")
     role = message_role(message, field, ROLES, f"expected one of {', '.join(ROLES)}")
     if "content" in message and message["content"] is not None:
@@ -240,7 +245,7 @@ def normalise_messages(messages: Any, field: str) -> list[dict[str, Any]]:
     out = []
     for i, m in enumerate(messages):
         plain = _plain_message(m) if m.__class__ is dict else None
-        out.append(plain if plain is not None else normalise_message(m, f"{field}[{i}]"))
+        out.append(plain if plain is not None else _normalise_full(m, f"{field}[{i}]"))
     return out
 
 
