@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from objective_batches import JUDGE, fixed_batch
+from objective_batches import JUDGE, clip_term, fixed_batch, k3
 
 from stateset_agents.errors import InputError
 from stateset_plugins.trainers.batch import Batch
@@ -19,15 +19,6 @@ NEW = ("gepo", "vapo", "ppo", "rlaif", "cispo")
 
 def config(algo, **values):
     return get_objective(algo).Config(**({**JUDGE, **values} if algo == "rlaif" else values))
-
-
-
-def k3(new, ref):
-    return math.exp(ref - new) - (ref - new) - 1
-
-
-def clip_term(r, a, lo, hi):
-    return -min(r * a, min(max(r, 1 - lo), 1 + hi) * a)
 
 
 def with_critic(b):

@@ -1,5 +1,5 @@
-"""Batches for the objective tests: a fixed two-sample batch for hand-computed losses, and a real rollout of the
-tiny model (shared by tests/training and tests/objectives)."""
+"""Batches for the objective tests: a fixed two-sample batch for hand-computed losses, the per-token terms those
+hand computations use, and a real rollout of the tiny model (shared by tests/training and tests/objectives)."""
 from __future__ import annotations
 
 import math
@@ -13,6 +13,16 @@ from stateset_plugins.trainers.objectives import get_objective
 
 #: rlaif needs a judge to configure; the rollouts here never call it.
 JUDGE = {"judge_url": "http://127.0.0.1:9/v1"}
+
+
+def k3(new: float, ref: float) -> float:
+    """The k3 estimate of KL(new || ref) for one token, from the two log-probs."""
+    return math.exp(ref - new) - (ref - new) - 1
+
+
+def clip_term(r: float, a: float, lo: float, hi: float) -> float:
+    """One token's clipped surrogate loss: ratio `r`, advantage `a`, clip range [1 - lo, 1 + hi]."""
+    return -min(r * a, min(max(r, 1 - lo), 1 + hi) * a)
 
 
 def fixed_batch(beta_ref: bool = True) -> tuple[Batch, torch.Tensor]:

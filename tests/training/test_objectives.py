@@ -8,22 +8,13 @@ import pytest
 import torch
 
 from stateset_agents.errors import InputError
-from objective_batches import fixed_batch, rollout_batch
+from objective_batches import clip_term, fixed_batch, k3, rollout_batch
 from stateset_plugins.trainers.objectives import ALGORITHMS, get_objective
 from stateset_plugins.trainers.objectives.dapo import overlong_penalty
 
 RL = ("grpo", "gspo", "dapo", "multi_turn_grpo")
 #: Every objective that samples (all but sft).
 SAMPLING = tuple(a for a in ALGORITHMS if a != "sft")
-
-
-
-def k3(new, ref):
-    return math.exp(ref - new) - (ref - new) - 1
-
-
-def clip_term(r, a, lo, hi):
-    return -min(r * a, min(max(r, 1 - lo), 1 + hi) * a)
 
 
 @pytest.mark.parametrize("algo", ["grpo", "multi_turn_grpo"])
