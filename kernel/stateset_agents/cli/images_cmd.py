@@ -103,6 +103,15 @@ def _platforms(info: dict[str, str]) -> list[str]:
     return tags + [f"manylinux2014_{arch}", f"linux_{arch}"]
 
 
+def _plugin_wheels(dest: Path, plugins: list[Path]) -> None:
+    """Each third-party plugin's wheel into `dest`: a wheel copied as it is, a project folder built into one."""
+    for plugin in plugins:
+        if plugin.is_file() and plugin.suffix == ".whl":
+            shutil.copy2(plugin, dest)
+        else:
+            _pip(["wheel", "--no-deps", "-q", "-w", str(dest), str(plugin)], f"building a wheel from {plugin}")
+
+
 def collect_wheels(dest: Path, root: Path, plugins: list[Path], info: dict[str, str] | None, *,
                    log: Callable[[str], None], extras: str = "", pins: list[str] = (), deps: Path | None = None,
                    find_links: list[Path] = (), extra_index: str | None = None) -> list[str]:
@@ -113,11 +122,7 @@ def collect_wheels(dest: Path, root: Path, plugins: list[Path], info: dict[str, 
     first, so a rebuild works offline. Returns the wheels in `dest` to install by name (requirements.txt)."""
     dest.mkdir(parents=True)
     _pip(["wheel", "--no-deps", "-q", "-w", str(dest), str(root)], "building this project's wheel")
-    for plugin in plugins:
-        if plugin.is_file() and plugin.suffix == ".whl":
-            shutil.copy2(plugin, dest)
-        else:
-            _pip(["wheel", "--no-deps", "-q", "-w", str(dest), str(plugin)], f"building a wheel from {plugin}")
+    _plugin_wheels(dest, plugins)
     direct = sorted(p.name for p in dest.glob("*.whl"))
     if info is not None:
         deps = deps or dest
@@ -218,13 +223,14 @@ def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (),
         if "gpu_base" in spec:  # the trainer base first (Dockerfile.gpu), from the project's wheel alone
             stack = trainer_stack(cpu, torch, torch_index)
             gpu = ctx / "gpu"
-            info = None
             if cpu:  # every wheel on the host, for the base image's Python: the build fetches nothing
                 info = _image_python(client, base)
                 log(f"base {base}: Python {info['python']}, {info['machine']}, glibc {info['glibc']}")
-            pins = [stack["TORCH"], stack["TRANSFORMERS"]] + ([stack["VLLM"]] if stack["VLLM"] else [])
-            collect_wheels(gpu / "wheels", root, [], info, log=log, extras="[train]", pins=pins, deps=gpu / "deps",
-                           find_links=list(find_links), extra_index=torch_index)
+                pins = [stack["TORCH"], stack["TRANSFORMERS"]] + ([stack["VLLM"]] if stack["VLLM"] else [])
+                collect_wheels(gpu / "wheels", root, [], info, log=log, extras="[train]", pins=pins,
+                               deps=gpu / "deps", find_links=list(find_links), extra_index=torch_index)
+            else:  # the project's wheel alone: the build installs the GPU stack from the index
+                collect_wheels(gpu / "wheels", root, [], None, log=log)
             (gpu / "deps").mkdir(exist_ok=True)
             (gpu / "deps" / "requirements.txt").write_text(
                 "".join(f"/tmp/deps/{w.name}\n" for w in sorted((gpu / "deps").glob("*.whl"))))
@@ -238,12 +244,7 @@ def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (),
             role_dir = ctx / "role" / "wheels"
             role_dir.mkdir(parents=True)
             # The kernel is in the base already; only third-party plugins remain to install.
-            for plugin in plugins:
-                if plugin.is_file() and plugin.suffix == ".whl":
-                    shutil.copy2(plugin, role_dir)
-                else:
-                    _pip(["wheel", "--no-deps", "-q", "-w", str(role_dir), str(plugin)],
-                         f"building a wheel from {plugin}")
+            _plugin_wheels(role_dir, plugins)
             wheels = sorted(p.name for p in role_dir.glob("*.whl"))
             (role_dir / "requirements.txt").write_text("".join(f"/tmp/wheels/{w}\n" for w in wheels))
             role_args = {"OFFLINE": stack["OFFLINE"], "DEVICE": device}
