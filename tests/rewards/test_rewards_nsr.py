@@ -449,9 +449,12 @@ def test_airline_payment_method_is_the_users_choice_not_the_agents(airline_polic
     in_the_confirmed_details = _with_messages(
         chosen_by_agent, listing="Change R1 to these flights; the difference goes on your credit card. Confirm?")
     assert _breakdown(airline_policy, in_the_confirmed_details)[_PAYMENT] == "kept"
+    # all_kept scoring: that rule alone made the agent's choice a failed turn, and without it the turn passes
+    turn = len(chosen_by_agent["messages"]) - 1
+    assert NSRReward({"policy": airline_policy}).grade_turn(chosen_by_agent, turn).score == 0.0
     edited = copy.deepcopy(airline_policy)
     edited["rules"] = [r for r in edited["rules"] if r["id"] != "payment-method-chosen-by-user"]
-    assert _PAYMENT not in _breakdown(edited, chosen_by_agent)
+    assert NSRReward({"policy": edited}).grade_turn(chosen_by_agent, turn).score == 1.0
 
 
 def _passenger_request(request, reply):
@@ -482,3 +485,35 @@ def test_language_expressions_may_span_lines_and_agent_said_last_reads_the_lates
     policy["rules"] = [{"id": "gift", "says": "The agent last spoke of the gift card.", "decision": "write",
                         "require": "agent_said_last('gift')"}]
     assert NSRReward({"policy": policy}).grade_turn(conv, 5).breakdown == {"gift@do_x": "kept"}
+
+
+def test_user_said_last_and_user_confirmed_read_the_latest_user_message_even_without_text():
+    # The user's yes, then a message with no text: that latest message is no go-ahead (the agent's turns without
+    # text are skipped by agent_said_last, the user's are not).
+    policy = copy.deepcopy(SHOP_POLICY)
+    policy["rules"].append({"id": "said-yes-last", "decision": "write", "require": "user_said_last('affirm')"})
+    reward = NSRReward({"policy": policy})
+    for blank in ("", None, "  "):
+        conv = refund_conversation("yes")
+        conv["messages"][-1:-1] = [assistant("Refunding now."), user(blank)]
+        breakdown = reward.grade_turn(conv, len(conv["messages"]) - 1).breakdown
+        assert breakdown["confirm-first@refund"] == "broken" and breakdown["said-yes-last@refund"] == "broken"
+    conv = refund_conversation("yes")
+    breakdown = reward.grade_turn(conv, len(conv["messages"]) - 1).breakdown
+    assert breakdown["confirm-first@refund"] == "kept" and breakdown["said-yes-last@refund"] == "kept"
+
+
+def test_phrase_functions_take_a_list_as_no_phrase_and_keep_only_word_list_expansions():
+    policy = copy.deepcopy(SHOP_POLICY)
+    policy["words"]["thanks"] = ["thank you"]
+    policy["rules"] = [{"id": "list", "decision": "write",
+                        "require": "not user_said(['yes']) and not turn_says(['x']) and user_said('thanks')"},
+                       {"id": "named", "decision": "write", "require": "user_said(args.name)"}]
+    reward = NSRReward({"policy": policy})
+    for name in ("Ann", "Bo", "Cy"):
+        conv = conversation([user(f"yes, thank you, I am {name}"),
+                             assistant(None, [("refund", f'{{"order_id": "A1", "name": "{name}"}}')])])
+        # a list argument names no phrase (as before the expansions were kept): false, not unknown
+        assert reward.grade_turn(conv, 1).breakdown == {"list@refund": "kept", "named@refund": "kept"}
+    # only the word-list names are kept, not every name a conversation brought
+    assert set(reward._contexts.context._expanded) == {("thanks",)}

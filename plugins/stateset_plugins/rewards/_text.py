@@ -104,7 +104,12 @@ def is_error_result(text: str) -> bool:
     stripped = text.lstrip()
     if _ERROR_WORD.match(stripped):
         return True
-    data = parse_json_maybe(stripped) if stripped.startswith("{") else None
+    return stripped.startswith("{") and is_error_data(parse_json_maybe(stripped))
+
+
+def is_error_data(data: Any) -> bool:
+    """Is a parsed tool result (`parse_json_maybe` of text starting with "{") an object with an "error" key?
+    `is_error_result`'s test of the data, for a caller that keeps the parse."""
     return isinstance(data, dict) and bool(data.get("error"))
 
 
@@ -185,6 +190,17 @@ def find_pattern(text: str, pattern: re.Pattern[str] | None) -> list[str]:
 
 def has_phrase(text: str, words: Iterable[str]) -> bool:
     return phrases(tuple(words)).search(text)
+
+
+def affirmed(text: str, yes: Phrases, no: Phrases, words: frozenset[str] | None = None) -> bool:
+    """Does the text say yes (a `yes` phrase) with no `no` phrase before it ("no, wait... yes" is not a yes)?
+    `words`: the text's `word_tokens` as a set, when the caller keeps it."""
+    said_yes = yes.findall(text, words)
+    if not said_yes:
+        return False
+    said_no = no.findall(text, words)
+    lowered = text.lower()
+    return not said_no or lowered.find(said_no[0]) > lowered.find(said_yes[0])
 
 
 def last_message(messages: Sequence[Mapping[str, Any]], role: str, before: int) -> tuple[int, Mapping[str, Any]] | None:

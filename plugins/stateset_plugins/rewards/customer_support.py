@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from stateset_agents import Reward, TurnGrade
 
-from ._text import Phrases, last_message, message_text, tool_calls, word_tokens
+from ._text import Phrases, affirmed, last_message, message_text, tool_calls, word_tokens
 from ._tools import call_outcome, declared_tools, tool_kind
 
 DEFAULT_PHRASES: dict[str, tuple[str, ...]] = {
@@ -99,7 +99,7 @@ class CustomerSupportReward(Reward):
         if writes and not text.strip():
             # A state-changing action needs the user's explicit go-ahead in their latest message, and should be one
             # the system accepts: a write the tool rejected was an attempt to change something that cannot change.
-            consent = 1.0 if self._user_affirmed(user_text, seen.words(user) if user is not None else None) else 0.0
+            consent = 1.0 if self._user_affirmed(user_text, user_words) else 0.0
             rejected = [c["name"] for c in calls
                         if seen.kind(c["name"]) == "write" and seen.outcome(turn_index, c["id"]) == "error"]
             effect = 0.0 if rejected else 1.0
@@ -120,9 +120,10 @@ class CustomerSupportReward(Reward):
         rude = self._phrases["rude"].findall(text, words)
         checks["tone"] = 0.0 if rude else (1.0 if self._says(text, "polite", words) or not text.strip() else 0.75)
 
-        # (a text without the phrase anywhere has no statement with it: the cheap test first)
+        # A hand-off said in a statement, not asked about. Without a question the statements are the text: one
+        # search. (With one, a phrase may span a removed question's place, so the text must hold it too.)
         escalated = handoff_call or (self._says(text, "escalates", words)
-                                     and self._says(_statements(text), "escalates"))
+                                     and ("?" not in text or self._says(_statements(text), "escalates")))
         asked_for_human = self._says(user_text, "wants_human", user_words)
         if asked_for_human:
             # the user asked for a person: hand off, or offer to
@@ -152,12 +153,7 @@ class CustomerSupportReward(Reward):
         return TurnGrade(score=score, breakdown=checks, reason=self._reason(checks, unsafe, rude, asked_for_human))
 
     def _user_affirmed(self, user_text: str, words: frozenset[str] | None = None) -> bool:
-        yes = self._phrases["affirm"].findall(user_text, words)
-        if not yes:
-            return False
-        no = self._phrases["negate"].findall(user_text, words)
-        lowered = user_text.lower()
-        return not no or lowered.find(no[0]) > lowered.find(yes[0])
+        return affirmed(user_text, self._phrases["affirm"], self._phrases["negate"], words)
 
     @staticmethod
     def _reason(checks: Mapping[str, float], unsafe: list[str], rude: list[str], asked_for_human: bool) -> str:
@@ -241,10 +237,20 @@ class _Seen:
         mine = self._shingles(index)
         if not mine:
             return False
+        mine_size = len(mine)
         for earlier in range(index):
             if self.messages[earlier].get("role") == "assistant":
                 theirs = self._shingles(earlier)
-                if theirs and len(mine & theirs) >= REPEAT_OVERLAP * len(mine | theirs):
+                if not theirs:
+                    continue
+                # Jaccard |mine & theirs| / |mine | theirs| >= REPEAT_OVERLAP, with the union's size from the sizes.
+                # The overlap is at most the smaller set and the union at least the larger: a smaller set under
+                # REPEAT_OVERLAP times the larger settles "no" without the intersection.
+                small, large = (mine_size, len(theirs)) if mine_size <= len(theirs) else (len(theirs), mine_size)
+                if small < REPEAT_OVERLAP * large:
+                    continue
+                overlap = len(mine & theirs)
+                if overlap >= REPEAT_OVERLAP * (mine_size + len(theirs) - overlap):
                     return True
         return False
 

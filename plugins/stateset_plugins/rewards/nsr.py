@@ -18,9 +18,9 @@ from stateset_agents import Reward, TurnGrade
 
 from stateset_agents.errors import InputError
 
-from ._text import (find_phrases, has_phrase, is_error_result, message_text, parse_arguments, parse_json_maybe,
-                    phrases, tool_calls, tool_result_index)
-from .policy_language import UNKNOWN, Evaluator, flatten, load_policy, matches, with_builtins
+from ._text import (affirmed, has_phrase, is_error_data, is_error_result, message_text, parse_arguments,
+                    parse_json_maybe, phrases, tool_calls, tool_result_index)
+from .policy_language import UNKNOWN, Evaluator, flatten, load_policy, matches
 
 
 class NSRReward(Reward):
@@ -178,13 +178,10 @@ class _Conversation:
         return self._successful
 
     def _errored(self, index: int) -> bool:
-        """`is_error_result` of tool message `index`. A JSON object is parsed to find an "error" key: the parse is
-        kept as the message's `result` (the text is what `is_error_result` would parse: it has no leading space)."""
+        """`is_error_result` of tool message `index`, with a JSON object's parse kept as the message's `result` (the
+        text is what `is_error_result` would parse: it has no leading space, so it cannot start with "Error")."""
         text = self.texts[index]
-        if text.startswith("{"):
-            data = self.result(index)
-            return isinstance(data, dict) and bool(data.get("error"))
-        return is_error_result(text)
+        return is_error_data(self.result(index)) if text.startswith("{") else is_error_result(text)
 
     def holding(self, role: str, words: tuple[str, ...]) -> list[int]:
         """The indices of the messages of `role` that hold one of the phrases, in order: found once for the whole
@@ -235,13 +232,14 @@ class _Context:
         self.words = policy["words"]
         self.decision: Mapping[str, Any] = {}
         self._facts: dict[str, Any] = {}
-        self._expanded: dict[tuple[Any, ...], tuple[str, ...]] = {}  # word-list names -> their phrases
+        self._expanded: dict[tuple[str, ...], tuple[str, ...]] = {}  # word-list names -> their phrases
         self._evaluator = Evaluator(self._resolve, self._functions())
         # A decision of a kind no rule judges gets no verdict: not deriving it saves, e.g., a phrase search of
         # every reply for refusals when the policy has no rule about refusals.
         kinds = {rule["decision"]["kind"] for rule in policy["rules"]}
         self._judged = {decision for decision, triggers in _KINDS_FOR.items() if kinds.intersection(triggers)}
         self._refusal = phrases(self.words.get("refusal", ()))
+        self._affirm, self._negate = phrases(self.words.get("affirm", ())), phrases(self.words.get("negate", ()))
 
     def start(self, seen: _Conversation) -> "_Context":
         self.seen = seen
@@ -302,9 +300,9 @@ class _Context:
                          "name (args, call, turn, user_confirmed)", field="policy")
 
     def _functions(self) -> Mapping[str, Callable[..., Any]]:
-        """The context's functions, built once per conversation; those about "this turn" read `self.turn_index` and
-        `self.decision`."""
-        return with_builtins({
+        """The context's functions (with the built-in ones, once per context: per thread); those about "this turn"
+        read `self.turn_index` and `self.decision`."""
+        return {
             "result": self._result,
             "called": lambda tool: self._result(tool) is not UNKNOWN,
             "args_of": lambda tool, **match: self._result(tool, _want="arguments", **match),
@@ -318,7 +316,7 @@ class _Context:
             "turn_says": lambda *p: self.seen.says(self.turn_index, self._expand(p)),
             "turn_matches": lambda pattern: _regex_matches(pattern, self.decision["text"]),
             "seen": self._seen,
-        })
+        }
 
     # ------------------------------------------------------------------------------------------------ facts
     def _said_before(self, role: str, *phrases_or_lists: Any) -> bool:
@@ -335,9 +333,18 @@ class _Context:
         return position < len(holding) and holding[position] == last
 
     def _expand(self, phrases_or_lists: tuple[Any, ...]) -> tuple[str, ...]:
-        words = self._expanded.get(phrases_or_lists)
+        """`_expand` of a call's arguments. Only calls that name word lists are kept (the policy's own names, so the
+        cache stays small however many conversations the context serves); other arguments (a name from a result, a
+        list) are expanded each time."""
+        try:
+            words = self._expanded.get(phrases_or_lists)
+        except TypeError:  # an unhashable argument: never a word-list name
+            return _expand(phrases_or_lists, self.words)
         if words is None:
-            words = self._expanded[phrases_or_lists] = _expand(phrases_or_lists, self.words)
+            words = _expand(phrases_or_lists, self.words)
+            lists = self.words
+            if all(isinstance(p, str) and p in lists for p in phrases_or_lists):
+                self._expanded[phrases_or_lists] = words
         return words
 
     def _holds_before(self, role: str, words: tuple[str, ...]) -> bool:
@@ -353,20 +360,16 @@ class _Context:
         return any(self._holds_before(role, wanted) for role in ("tool", "user"))
 
     def _last_index(self, role: str) -> int | None:
-        """The latest message of `role` in the prefix that says something."""
-        spoken = self.seen.spoken(role)
-        position = bisect_left(spoken, self.turn_index)
-        return spoken[position - 1] if position else None
+        """The latest message of `role` in the prefix: the user's latest message, even one without text (it says
+        nothing, so no phrase); the agent's latest that says something (its tool-call-only turns say nothing)."""
+        latest = self.seen.by_role["user"] if role == "user" else self.seen.spoken(role)
+        position = bisect_left(latest, self.turn_index)
+        return latest[position - 1] if position else None
 
     def _user_confirmed(self) -> bool:
         """The latest user message says yes (an `affirm` word) and does not say no (`negate`) before it."""
         index = self._last_index("user")
-        last = self.seen.texts[index] if index is not None else ""
-        yes = find_phrases(last, self.words.get("affirm", ()))
-        no = find_phrases(last, self.words.get("negate", ()))
-        if not yes:
-            return False
-        return not no or last.lower().find(no[0]) > last.lower().find(yes[0])
+        return index is not None and affirmed(self.seen.texts[index], self._affirm, self._negate)
 
     def _successful_calls(self, tool: str | Sequence[str], match: Mapping[str, Any]):
         """(arguments, parsed result) of each successful call to `tool` (or any tool in a list) in the prefix whose

@@ -153,14 +153,6 @@ _ARITHMETIC: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
-class _WithBuiltins(dict):
-    """A function table that already holds the built-in functions."""
-
-
-def with_builtins(functions: Mapping[str, Callable[..., Any]]) -> Mapping[str, Callable[..., Any]]:
-    return _WithBuiltins({**FUNCTIONS, **functions})
-
-
 class Expression:
     """A checked policy expression, compiled once into nested Python closures (`run(evaluator)`), so judging a turn
     walks no syntax tree: each node became a small function of the evaluator's name and function lookups."""
@@ -206,10 +198,9 @@ class Evaluator:
     __slots__ = ("resolve_name", "functions", "locals")
 
     def __init__(self, resolve_name: Callable[[str], Any], functions: Mapping[str, Callable[..., Any]]):
-        """`functions` add to (or replace) the built-in `FUNCTIONS`; pass `with_builtins(...)` once and reuse it
-        when many evaluators share the same functions."""
+        """`functions` add to (or replace) the built-in `FUNCTIONS`."""
         self.resolve_name = resolve_name
-        self.functions = functions if isinstance(functions, _WithBuiltins) else with_builtins(functions)
+        self.functions = {**FUNCTIONS, **functions}
         self.locals: dict[str, Any] = {}  # comprehension variables in scope
 
     def evaluate(self, expression: Expression) -> Any:
@@ -340,6 +331,9 @@ def _if_expression(node: ast.IfExp) -> Callable[[Evaluator], Any]:
     return run
 
 
+_NO_KEYWORDS: Mapping[str, Any] = {}  # a call without keywords (most) builds no dict; `**` passes a copy, never it
+
+
 def _call(node: ast.Call) -> Callable[[Evaluator], Any]:
     name = node.func.id
     positional = [_compile(a) for a in node.args]
@@ -350,22 +344,12 @@ def _call(node: ast.Call) -> Callable[[Evaluator], Any]:
         if function is None:
             raise InputError(f"policy expression calls unknown function {name!r}", field="policy")
         args = [a(ev) for a in positional]
-        kwargs = {key: value(ev) for key, value in keywords}
+        kwargs = {key: value(ev) for key, value in keywords} if keywords else _NO_KEYWORDS
         try:
             return function(*args, **kwargs)
         except (TypeError, ValueError, KeyError):
             return UNKNOWN
-
-    def run_positional(ev: Evaluator) -> Any:  # the same without keywords: most calls, once per judged rule
-        function = ev.functions.get(name)
-        if function is None:
-            raise InputError(f"policy expression calls unknown function {name!r}", field="policy")
-        args = [a(ev) for a in positional]
-        try:
-            return function(*args)
-        except (TypeError, ValueError, KeyError):
-            return UNKNOWN
-    return run if keywords else run_positional
+    return run
 
 
 def _comprehension(node: ast.GeneratorExp | ast.ListComp) -> Callable[[Evaluator], Any]:
