@@ -21,6 +21,21 @@ from .model_session import load_session, resolve_base_model, run_manifest_of, ve
 CHAT_DEFAULTS = {"temperature": 0.7, "max_new_tokens": 256, "seed": 0, "max_prompt_tokens": 2048}
 
 
+def decoding_of(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The request's decoding settings, CHAT_DEFAULTS where it leaves one unset."""
+    return {k: request.get(k) if request.get(k) is not None else default for k, default in CHAT_DEFAULTS.items()}
+
+
+def completed_event(tokenizer, ids, truncated: bool, **extra: Any) -> dict[str, Any]:
+    """The completed event for generated token ids: the reply parsed as training renders it (tool calls out of
+    the text), its text, whether it was truncated, its token count, then `extra`."""
+    from stateset_plugins.trainers.chat_format import content_text, parse_assistant
+
+    message = parse_assistant(tokenizer.decode(ids, skip_special_tokens=True))
+    return {"type": "completed", "message": message, "text": content_text(message.get("content")),
+            "truncated": truncated, "tokens": len(ids), **extra}
+
+
 class ChatEvaluator(Evaluator):
     name = "chat"
     version = VERSION
@@ -42,8 +57,7 @@ class ChatEvaluator(Evaluator):
         adapter = request.get("adapter") or None
         manifest = run_manifest_of(adapter)
         base_model = resolve_base_model(request.get("base_model"), manifest)
-        decoding = {k: request.get(k) if request.get(k) is not None else default
-                    for k, default in CHAT_DEFAULTS.items()}
+        decoding = decoding_of(request)
         key = (base_model, adapter, decoding["max_prompt_tokens"])
         if key not in self._sessions:
             if adapter:
@@ -53,7 +67,6 @@ class ChatEvaluator(Evaluator):
         return self._sessions[key], decoding
 
     def _reply(self, request: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-        from stateset_plugins.trainers.chat_format import content_text, parse_assistant
         from stateset_plugins.trainers.rundir import seed_everything
 
         messages = request.get("messages")
@@ -67,8 +80,5 @@ class ChatEvaluator(Evaluator):
         generation = session.backend.generate([prompt], max_new_tokens=int(decoding["max_new_tokens"]),
                                               temperature=float(decoding["temperature"]),
                                               adapter=session.adapter is not None)[0]
-        text = session.renderer.tokenizer.decode(generation.ids, skip_special_tokens=True)
-        message = parse_assistant(text)
-        yield {"type": "completed", "message": message, "text": content_text(message.get("content")),
-               "truncated": generation.truncated, "tokens": len(generation.ids),
-               "base_model": session.base_model, "adapter": session.adapter}
+        yield completed_event(session.renderer.tokenizer, generation.ids, generation.truncated,
+                              base_model=session.base_model, adapter=session.adapter)

@@ -14,6 +14,7 @@ from pathlib import Path
 from stateset_agents import Provider
 from stateset_agents.errors import InputError, StatesetError
 from stateset_agents.remote import worker
+from stateset_agents.remote.chat_worker import MODEL_DIR
 from stateset_agents.remote.gpus import resolve_gpu
 
 from . import VERSION, common, modal_sdk
@@ -27,7 +28,7 @@ ALIASES = {"a100": "A100-80GB", "h100-sxm": "H100", "a10": "A10G"}
 
 
 CHAT_IDLE_S = 60  # a chat container scales down this long after its last turn
-CHAT_DIR = "chat/model"  # on the run's volume: the adapter, manifest.json and files.json
+CHAT_DIR = f"chat/{MODEL_DIR}"  # on the run's volume: the adapter, manifest.json and files.json
 
 
 def _names(run_id: str) -> dict[str, str]:
@@ -160,7 +161,8 @@ class ModalProvider(Provider):
         if not claimed and (existing or {}).get("state") != "terminated":
             return {"job_id": _names(session_id)["app"], "created_at": existing["created_at"],
                     "deadline_at": existing["deadline_at"], "attached": True}
-        modal_sdk.record(session_id, entry)  # claimed, or taking over a closed session's key
+        if not claimed:  # taking over a closed session's key (a claim already stored the entry)
+            modal_sdk.record(session_id, entry)
         listing = request["adapter"]
         volume = _names(request["run_id"])["volume"]
         modal_sdk.upload_files(volume, listing["dir"], listing["files"], CHAT_DIR,

@@ -108,11 +108,13 @@ def upload_files(volume: str, local_dir: str, files: list[dict], remote_dir: str
     import io
     from pathlib import Path
 
+    from stateset_agents.remote.chat_worker import FILES
+
     vol = _modal(sdk).Volume.from_name(volume, create_if_missing=True)
     with vol.batch_upload(force=True) as batch:
         for entry in files:
             batch.put_file(str(Path(local_dir) / entry["path"]), f"{remote_dir}/{entry['path']}")
-        batch.put_file(io.BytesIO(listing), f"{remote_dir}/files.json")
+        batch.put_file(io.BytesIO(listing), f"{remote_dir}/{FILES}")
 
 
 def deploy_chat(session_id: str, *, run_id: str, app_name: str, image_ref: str, gpu: str, timeout_s: int,

@@ -183,14 +183,12 @@ class RiverProvider(LocalProvider):
         return {"close": close, "session": session, "renderer": renderer, "usage": {"sample_tokens": 0}}
 
     def chat_turn(self, request):
-        from stateset_plugins.evaluators.chat import CHAT_DEFAULTS
-        from stateset_plugins.trainers.chat_format import content_text, parse_assistant
+        from stateset_plugins.evaluators.chat import completed_event, decoding_of
 
         held, meta = self._held_chat(request)
         renderer = held["renderer"]
         prompt = renderer.prompt_ids(request["messages"], request.get("tools") or None)
-        decoding = {k: request.get(k) if request.get(k) is not None else CHAT_DEFAULTS[k]
-                    for k in ("temperature", "seed")}
+        decoding = decoding_of(request)
         groups, usage = river_sdk.sample_checkpoint(
             held["session"], meta["base_model"], meta["checkpoint"], [prompt],
             max_tokens=int(request.get("max_new_tokens") or meta["max_new_tokens"]),
@@ -199,10 +197,7 @@ class RiverProvider(LocalProvider):
             held["usage"][k] = held["usage"].get(k, 0) + int(v)
         write_json(self.chats_root / request["session_id"] / "usage.json", held["usage"])
         sample = groups[0][0]
-        text = renderer.tokenizer.decode(sample["tokens"], skip_special_tokens=True)
-        message = parse_assistant(text)
-        return {"type": "completed", "message": message, "text": content_text(message.get("content")),
-                "truncated": sample["stop_reason"] == "length", "tokens": len(sample["tokens"]), "usage": usage}
+        return completed_event(renderer.tokenizer, sample["tokens"], sample["stop_reason"] == "length", usage=usage)
 
     def _chat_spend(self, session_id, meta):
         path = self.chats_root / session_id / "usage.json"

@@ -167,12 +167,14 @@ class RiverBackend:
 
     # ---------------------------------------------------------------------------------------- checkpoints
     def save_adapter(self, directory):
+        from stateset_plugins.providers.river import CHECKPOINT_FILE
+
         sdk = _sdk()
         path = sdk.save(self.model, f"adapter-{self.steps:06d}", mode="inference")
         sdk.download_checkpoint(self.api_key, path, Path(directory))
         # where River holds these weights: `chat-remote --provider river` samples them there
-        write_json(Path(directory) / "river_checkpoint.json", {"path": path, "base_model": self.base_model,
-                                                               "run_id": self.run_id})
+        write_json(Path(directory) / CHECKPOINT_FILE, {"path": path, "base_model": self.base_model,
+                                                       "run_id": self.run_id})
 
     def load_adapter(self, directory):
         """Nothing to upload: a resumed run restores River's own training checkpoint (weights and optimizer) in
