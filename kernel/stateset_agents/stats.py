@@ -234,3 +234,104 @@ def paired_comparison(base: Sequence[float], candidate: Sequence[float], *, seed
         "p_value_method": f"two-sided sign-flip permutation over cases ({method})",
         "permutation_patterns": patterns,
     }
+
+
+# ------------------------------------------------------------------------ grouped validation (rewards, calibration)
+
+
+def grouped_stratified_folds(groups: Sequence, labels: Sequence, k: int, *, seed: int = 0) -> list[int]:
+    """A fold index (0..k-1) per case. Cases of one group always share a fold (a task's trials are never split),
+    and groups are spread so that each fold's share of each class is as even as it can be, every fold holding a
+    positive and a negative where enough groups hold one (as sklearn's StratifiedGroupKFold, greedily).
+
+    Deterministic for a seed: groups are visited in a seeded shuffle, stably sorted by how unbalanced their labels
+    are (most first); each goes to the fold that (first) lacks a class it brings, then minimises the spread of
+    per-class shares across folds, then holds fewest cases, then has the lowest index.
+    """
+    if len(groups) != len(labels):
+        raise ValueError("groups and labels differ in length")
+    members: dict = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    if k < 2:
+        raise ValueError("cross-validation needs at least 2 folds")
+    if len(members) < k:
+        raise ValueError(f"{k} folds need at least {k} groups, got {len(members)}")
+    positives = [bool(v) for v in labels]
+    totals = (len(positives) - sum(positives), sum(positives))  # (negatives, positives)
+    names = sorted(members, key=repr)  # a fixed order before the seeded shuffle, whatever the input order
+    random.Random(seed).shuffle(names)
+    counts = {g: (sum(not positives[i] for i in members[g]), sum(positives[i] for i in members[g])) for g in names}
+
+    def imbalance(g) -> float:
+        neg, pos = counts[g]
+        return abs(pos - neg) / (pos + neg)
+
+    names.sort(key=imbalance, reverse=True)  # stable: ties keep the seeded order
+    fold_counts = [[0, 0] for _ in range(k)]
+    fold_of_group = {}
+    for g in names:
+        brings = counts[g]
+        candidates = list(range(k))
+        for c in (1, 0):  # a fold with no positives (then no negatives) is served first
+            if brings[c]:
+                lacking = [f for f in candidates if fold_counts[f][c] == 0]
+                if lacking:
+                    candidates = lacking
+
+        def spread(f: int) -> tuple[float, int, int]:
+            cost = 0.0
+            for c in (0, 1):
+                if not totals[c]:
+                    continue
+                shares = [(fold_counts[j][c] + (brings[c] if j == f else 0)) / totals[c] for j in range(k)]
+                m = sum(shares) / k
+                cost += math.sqrt(sum((s - m) ** 2 for s in shares) / k)
+            return round(cost, 12), sum(fold_counts[f]), f
+
+        best = min(candidates, key=spread)
+        fold_of_group[g] = best
+        fold_counts[best][0] += brings[0]
+        fold_counts[best][1] += brings[1]
+    return [fold_of_group[g] for g in groups]
+
+
+def group_bootstrap_auc_interval(scores: Sequence[float], labels: Sequence, groups: Sequence, *, draws: int = 2000,
+                                 seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval for ROC AUC that resamples whole groups with replacement (a cluster
+    bootstrap): cases of one group (a task's trials) are not independent, and resampling them one by one would
+    give too narrow an interval. Resamples with one class empty are redrawn."""
+    if not len(scores) == len(labels) == len(groups):
+        raise ValueError("scores, labels and groups differ in length")
+    members: dict = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    clusters = [members[g] for g in sorted(members, key=repr)]
+    positives = [bool(v) for v in labels]
+    if all(positives) or not any(positives):
+        raise ValueError("ROC AUC needs at least one positive and one negative label")
+    rng = random.Random(seed)
+    n = len(clusters)
+    values = []
+    while len(values) < draws:
+        idx = [i for _ in range(n) for i in clusters[rng.randrange(n)]]
+        lab = [positives[i] for i in idx]
+        if all(lab) or not any(lab):
+            continue
+        values.append(roc_auc([scores[i] for i in idx], lab))
+    return percentile_interval(values, level)
+
+
+def out_of_fold_auc(scores: Sequence[float], labels: Sequence, folds: Sequence[int]) -> dict[str, object]:
+    """Out-of-fold scores (each case scored by what was fitted without its fold) -> the pooled ROC AUC over every
+    case, and each fold's own AUC (None for a fold without both classes) with its counts."""
+    if not len(scores) == len(labels) == len(folds):
+        raise ValueError("scores, labels and folds differ in length")
+    per_fold = []
+    for f in sorted(set(folds)):
+        idx = [i for i, g in enumerate(folds) if g == f]
+        lab = [bool(labels[i]) for i in idx]
+        both = any(lab) and not all(lab)
+        per_fold.append({"fold": f, "cases": len(idx), "positives": sum(lab),
+                         "auc": roc_auc([scores[i] for i in idx], lab) if both else None})
+    return {"pooled": roc_auc(scores, labels), "per_fold": per_fold}
