@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from .errors import InputError
+from .calibration import calibrated_score, split_config
 from .jsonio import digest
 
 KINDS = ("ingestor", "reward", "trainer", "evaluator", "provider")
@@ -146,6 +147,14 @@ class Reward(Component):
 
     kind = "reward"
 
+    def __init__(self, config: Mapping[str, Any] | None = None):
+        # A calibration (`calibration.py`) is the kernel's, not the reward's: the reward never sees it, but the
+        # config's sha256, and so every grade row's identity, covers it.
+        own, self.calibration = split_config(config)
+        super().__init__(own)
+        if self.calibration is not None:
+            self.config_sha256 = digest(dict(config or {}))
+
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
         raise NotImplementedError
 
@@ -173,6 +182,9 @@ class Reward(Component):
                 raise ValueError(f"{who} graded {len(grades)} of the {len(turns)} turns asked")
             cid = str(conv.get("id", ""))
             rows.extend([make_grade_row(cid, t, g, identity, who) for t, g in zip(turns, grades)])
+        if self.calibration is not None:
+            for row in rows:
+                calibrate_row(row, self.calibration)
         return rows
 
     def screen(self, raw_json: bytes) -> str | None:
@@ -210,6 +222,13 @@ def make_grade_row(cid: str, turn: int, g: TurnGrade, identity: dict, who: str) 
         "reason": g.reason.splitlines()[0] if g.reason else "",
         "reward": identity,
     }
+
+
+def calibrate_row(row: dict[str, Any], calibration: Mapping[str, Any]) -> None:
+    """Re-score an applicable grade row with a calibration, keeping the reward's own score beside it."""
+    if row["applicable"]:
+        row["uncalibrated_score"] = row["score"]
+        row["score"] = calibrated_score(calibration, row["breakdown"])
 
 
 # -------------------------------------------------------------------------------------------------------- ingestors

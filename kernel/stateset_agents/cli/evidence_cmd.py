@@ -9,15 +9,10 @@ from typing import Any, List, Optional
 import typer
 
 from .app import app, console, err_console
+from .options import REWARD_FILE_HELP, reward_and_config
 from ..formatting import fmt as _fmt
 
 
-def _reward_config(policy: Optional[Path]) -> dict[str, Any]:
-    if policy is None:
-        return {}
-    from ..pipeline.improve import load_policy
-
-    return {"policy": load_policy(policy)}
 
 
 def _decoding(temperature, max_new_tokens, seed) -> dict[str, Any]:
@@ -61,11 +56,12 @@ def _render_statistics(title: str, results: dict[str, Any]) -> None:
 def evaluate(
     adapter: Path = typer.Option(..., "--adapter", help="Adapter directory (RUN/adapter or a registry entry's)."),
     prompts: Path = typer.Option(..., "--prompts", help="Held-out prompts: .txt (one a line) or .jsonl."),
-    reward: str = typer.Option(..., "--reward", help="Reward component: NAME or reward:NAME."),
+    reward: Optional[str] = typer.Option(None, "--reward", help="Reward component: NAME or reward:NAME."),
     output: Path = typer.Option(..., "--output", help="Folder for eval_results.json."),
     base_model: Optional[str] = typer.Option(None, "--base-model",
                                              help="Default: the base model the adapter's run trained on."),
     policy: Optional[Path] = typer.Option(None, "--policy", help="Policy file (YAML/JSON) for the reward."),
+    reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
     dataset: Optional[Path] = typer.Option(None, "--dataset",
                                            help="Training rows to check for overlap (default: the run's dataset)."),
     drop_overlap: bool = typer.Option(False, "--drop-overlap",
@@ -80,8 +76,9 @@ def evaluate(
     from ..errors import StatesetError
     from ..runtimes import load_component
 
+    reward, reward_config = reward_and_config(reward, policy, reward_file)
     request = {"adapter": str(adapter), "prompts": str(prompts), "reward": reward,
-               "reward_config": _reward_config(policy), "reward_runtime": reward_runtime, "output": str(output),
+               "reward_config": reward_config, "reward_runtime": reward_runtime, "output": str(output),
                "base_model": base_model, "dataset": str(dataset) if dataset else None, "drop_overlap": drop_overlap,
                "decoding": _decoding(temperature, max_new_tokens, seed)}
     last: dict[str, Any] = {}
@@ -108,9 +105,10 @@ def gate(
     more_runs: Optional[List[Path]] = typer.Argument(None, help="More run directories (after --runs A B C ...).",
                                                      show_default=False),
     prompts: Path = typer.Option(..., "--prompts", help="Held-out prompts: .txt or .jsonl."),
-    reward: str = typer.Option(..., "--reward", help="Reward component: NAME or reward:NAME."),
+    reward: Optional[str] = typer.Option(None, "--reward", help="Reward component: NAME or reward:NAME."),
     output: Path = typer.Option(..., "--output", help="Folder for promotion.json and the evaluations."),
     policy: Optional[Path] = typer.Option(None, "--policy", help="Policy file (YAML/JSON) for the reward."),
+    reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
     min_seeds: int = typer.Option(6, "--min-seeds", help="Distinct seeds required."),
     alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the sign-flip test."),
     tolerance: float = typer.Option(0.2, "--tolerance", help="Largest allowed fall of any case's mean score."),
@@ -123,6 +121,7 @@ def gate(
     from ..pipeline.gate import run_gate
 
     all_runs = list(runs) + list(more_runs or [])
+    reward, reward_config = reward_and_config(reward, policy, reward_file)
     with _progress() as progress:
         task = progress.add_task("gating", total=None)
 
@@ -132,7 +131,7 @@ def gate(
                                 total=event["total"])
 
         record = run_gate(all_runs, prompts, reward, output, min_seeds=min_seeds, alpha=alpha, tolerance=tolerance,
-                          reward_config=_reward_config(policy), reward_runtime=reward_runtime,
+                          reward_config=reward_config, reward_runtime=reward_runtime,
                           evaluator_runtime=runtime, on_event=on_event)
     table = Table(title="promotion gate", show_header=True)
     table.add_column("condition")
@@ -336,7 +335,8 @@ def chat_loop(model, settings: dict[str, Any], *, system: Optional[str] = None, 
     grades: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
         grader = stack.enter_context(load_component(reward if ":" in reward else f"reward:{reward}",
-                                                    config=_reward_config(policy))) if reward else None
+                                                    config=reward_and_config(reward, policy, None)[1])) \
+            if reward else None
         if interactive:
             err_console.print("chat: /reset, /save FILE, /quit", highlight=False)
         for text in _read_turns(interactive):

@@ -11,6 +11,7 @@ from typing import Any, Optional
 import typer
 
 from .app import app, console, err_console
+from .options import REWARD_FILE_HELP, reward_and_config
 
 finetune_app = typer.Typer(help="Plan-first fine-tuning: schema, validate, prepare, launch (spends money), status.",
                            no_args_is_help=True)
@@ -109,6 +110,7 @@ def train_remote(
     max_hours: Optional[float] = typer.Option(None, "--max-hours", help="Wall-clock limit, enforced remotely."),
     algorithm: Optional[str] = typer.Option(None, "--algorithm", help="sft (default), grpo, gspo, dapo, ..."),
     reward: Optional[str] = typer.Option(None, "--reward", help="Reward component for the trainer."),
+    reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
     config_file: Optional[Path] = typer.Option(None, "--config", help="The shared config (see `finetune schema`)."),
     output: Optional[Path] = typer.Option(None, "--output", help="Run directory for the artifacts."),
     plan_only: bool = typer.Option(False, "--plan-only", help="Quote and write the plan; rent nothing."),
@@ -146,6 +148,9 @@ def train_remote(
              "eval_prompts": str(eval_prompts) if eval_prompts else None, "max_cost_usd": max_cost, "gpu": gpu,
              "gpus": gpus, "max_hours": max_hours, "algorithm": algorithm, "reward": reward}
     config.update({k: v for k, v in flags.items() if v is not None})
+    if reward_file is not None:
+        config["reward"], file_config = reward_and_config(config.get("reward"), None, reward_file)
+        config["reward_config"] = {**(config.get("reward_config") or {}), **file_config}
     if new_run:
         config["salt"] = secrets.token_hex(8)
     full = cfg.validated(config, source=str(config_file) if config_file else None)

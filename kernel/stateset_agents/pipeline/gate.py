@@ -68,6 +68,25 @@ def _evaluate(run: Mapping[str, Any], prompts: str, reward: str, reward_config, 
     return last["results"]
 
 
+def _same_reward(evaluations: Sequence[Mapping[str, Any]], run_paths: Sequence[Path]) -> None:
+    """Scores of different reward versions or configs (a changed rule, another policy, a calibration) are not on
+    one scale: refuse to pool them rather than report a difference the reward made."""
+    first = evaluations[0].get("reward")
+    if not first:
+        raise InputError("the evaluation records no reward identity", path=str(run_paths[0]))
+    for path, ev in zip(run_paths[1:], evaluations[1:]):
+        other = ev.get("reward")
+        if other != first:
+            raise InputError(f"this run was graded by {_identity(other)}, the first run by {_identity(first)}; the "
+                             "gate compares results of one reward version and config only", path=str(path))
+
+
+def _identity(reward: Mapping[str, Any] | None) -> str:
+    reward = reward or {}
+    return (f"{reward.get('name')} {reward.get('version')} (config "
+            f"{str(reward.get('config_sha256') or '')[:12]})")
+
+
 def _case_table(evaluations: Sequence[Mapping[str, Any]], run_paths: Sequence[Path]) -> list[dict[str, Any]]:
     """Per case: base and candidate score of every run, and the means over runs (the gate's paired unit)."""
     keys = [[(str(c["id"]), digest(c.get("prompt"))) for c in ev["cases"]] for ev in evaluations]
@@ -137,6 +156,7 @@ def run_gate(runs: Sequence[str | Path], prompts: str | Path, reward: str, outpu
     evaluations = [_evaluate(run, str(prompts), reward, reward_config, reward_runtime, evaluator_runtime,
                              output / "evaluations" / f"{i:02d}-{run['path'].name}", on_event)
                    for i, run in enumerate(loaded)]
+    _same_reward(evaluations, paths)
     table = _case_table(evaluations, paths)
     conditions, statistics, fell = decide(loaded, table, min_seeds=min_seeds, alpha=alpha, tolerance=tolerance)
     failed = [c["name"] for c in conditions if not c["passed"]]

@@ -165,10 +165,12 @@ class _Tally:
 
 
 def train_command(*, dataset: str, reward: str, base_model: str, eval_prompts: str, output: str,
-                  policy: str | None = None, algorithm: str = "grpo") -> str:
+                  policy: str | None = None, algorithm: str = "grpo", reward_config: str | None = None) -> str:
     argv = ["stateset-agents", "train", "--dataset", dataset, "--algorithm", algorithm, "--reward", reward]
     if policy:
         argv += ["--policy", policy]
+    if reward_config:
+        argv += ["--reward-config", reward_config]
     argv += ["--base-model", base_model, "--eval-prompts", eval_prompts, "--output", output]
     return shlex.join(argv)
 
@@ -176,12 +178,16 @@ def train_command(*, dataset: str, reward: str, base_model: str, eval_prompts: s
 # ------------------------------------------------------------------------------------------------------ the step
 
 
-def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.PathLike, *,
+def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str | os.PathLike, *,
                 threshold: float = DEFAULT_THRESHOLD, policy: str | os.PathLike | None = None,
                 runtime: str = "inprocess", held_out_fraction: float = DEFAULT_HELD_OUT,
                 base_model: str = DEFAULT_BASE_MODEL, batch_size: int = DEFAULT_BATCH,
+                reward_config: str | os.PathLike | None = None,
                 on_progress: Callable[[dict[str, int]], None] | None = None) -> dict[str, Any]:
-    """Grade, curate, and write OUT's files; returns the summary (as written to improve_summary.json)."""
+    """Grade, curate, and write OUT's files; returns the summary (as written to improve_summary.json).
+    `reward_config` is a reward config file (`calibration.load_reward_file`: the reward's config, and the weights
+    `improve calibrate` fitted)."""
+    from ..calibration import CALIBRATION_KEY, resolve_reward
     from ..runtimes import load_component
 
     if not 0.0 <= threshold <= 1.0:
@@ -195,7 +201,11 @@ def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.Pa
     if not src.is_file():
         raise InputError("file not found (run `stateset-agents ingest` to make it)", path=shown)
     policy_path = os.path.abspath(policy) if policy is not None else None
-    config = {"policy": load_policy(policy_path)} if policy_path else {}
+    config_file = os.path.abspath(reward_config) if reward_config is not None else None
+    reward, config = resolve_reward(reward, {"policy": load_policy(policy_path)} if policy_path else {},
+                                    config_file)
+    if not reward:
+        raise InputError("name the reward (--reward, or a --reward-config file)", field="reward")
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -226,6 +236,8 @@ def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.Pa
                 "input": {"transcripts": {"path": os.path.abspath(src), "sha256": input_sha.result(),
                                           "bytes": src.stat().st_size}},
                 "policy": {"path": policy_path, "sha256": sha256_file(policy_path)} if policy_path else None,
+                "reward_config": ({"path": config_file, "sha256": sha256_file(config_file),
+                                   "calibrated": CALIBRATION_KEY in config} if config_file else None),
                 "reward": {**identity, "component": who},
                 "runtime": runtime,
                 "threshold": threshold,
@@ -239,6 +251,7 @@ def run_improve(transcripts: str | os.PathLike, reward: str, output: str | os.Pa
             held_path = os.path.abspath(out / HELD_OUT) if counts["held_out_prompts"] else None
             summary["train_command"] = train_command(
                 dataset=os.path.abspath(out / CURATED), reward=identity["name"], policy=policy_path,
+                reward_config=config_file,
                 base_model=base_model, eval_prompts=held_path or "HELD_OUT_PROMPTS.jsonl",
                 output=f"runs/{identity['name']}")
             next_file.write(render_next_steps(summary))

@@ -247,6 +247,8 @@ class RemoteReward(_RemoteMixin, Reward):
 
     def __init__(self, conn: Connection, meta, config=None):
         Reward.__init__(self, config)
+        # The whole config travels, calibration included: the server's reward applies it, never this proxy too.
+        self.config, self.calibration = dict(config or {}), None
         self._init_remote(conn, meta, config)
         self._stub = reward_pb2_grpc.RewardStub(conn.channel)
 

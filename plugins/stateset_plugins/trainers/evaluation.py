@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from stateset_agents.components import GradeItem
-from stateset_agents.errors import InputError
+from stateset_agents.errors import InputError, StatesetError
 from stateset_agents.jsonio import read_jsonl
 from stateset_agents.pipeline.evaluation_stats import add_statistics
 from stateset_agents.stats import paired_totals
@@ -60,6 +60,11 @@ def _answers(backend, renderer, reward, cases, config, adapter: bool) -> list[di
                         "tools": c["tools"], "metadata": c["metadata"]}, turns=[len(c["prompt"])])
              for c, m in zip(cases, messages)]
     grades = reward.grade(items)
+    identity = reward.identity()
+    for g in grades:
+        if g.get("reward") != identity:  # base and candidate must be graded by one reward version and config
+            raise StatesetError(f"a grade came back from {g.get('reward')}, not from the reward asked for "
+                                f"({identity}): refusing to compare scores of different rewards")
     return [{"output": m, "text": content_text(m.get("content")), "score": float(g["score"]),
              "applicable": g.get("applicable", True), "breakdown": g.get("breakdown", {}),
              "reason": g.get("reason", ""), "truncated": bool(gen.truncated)}
