@@ -9,13 +9,14 @@ from rich.table import Table
 
 from ..pipeline.improve import DEFAULT_BASE_MODEL, DEFAULT_BATCH, DEFAULT_HELD_OUT, DEFAULT_THRESHOLD
 from .app import console, err_console, improve_app
+from .options import REWARD_FILE_HELP
 from ..formatting import fmt as _fmt
 
 
 @improve_app.command("run")
 def run_cmd(
     transcripts: Path = typer.Option(..., "--transcripts", help="Folder written by `ingest` (its transcripts.jsonl)."),
-    reward: str = typer.Option(..., "--reward", help="Reward component: NAME or reward:NAME."),
+    reward: Optional[str] = typer.Option(None, "--reward", help="Reward component: NAME or reward:NAME."),
     output: Path = typer.Option(..., "--output", help="Folder for graded.jsonl, curated.jsonl and the summary."),
     threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold",
                                     help="Curate applicable turns scoring at least this."),
@@ -26,6 +27,7 @@ def run_cmd(
                                    help="Share of conversations held out for evaluation (0: none)."),
     base_model: str = typer.Option(DEFAULT_BASE_MODEL, "--base-model", help="Base model named in the train command."),
     batch_size: int = typer.Option(DEFAULT_BATCH, "--batch-size", help="Conversations per grading call."),
+    reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
 ):
     """Grade every assistant turn with a reward and curate the best into a training set."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -41,7 +43,7 @@ def run_cmd(
 
         summary = run_improve(transcripts, reward, output, threshold=threshold, policy=policy, runtime=runtime,
                               held_out_fraction=held_out, base_model=base_model, batch_size=batch_size,
-                              on_progress=on_progress)
+                              reward_config=reward_file, on_progress=on_progress)
     _render_summary(summary)
     if summary["counts"]["curated"] == 0:
         err_console.print("[yellow]warning:[/] no turn reached the threshold; see next_steps.md")
