@@ -103,10 +103,11 @@ def _render_summary(s: dict[str, Any]) -> None:
 
 @improve_app.command("audit")
 def audit_cmd(
-    graded: Path = typer.Option(..., "--graded", help="graded.jsonl from `improve run`."),
+    graded: Optional[Path] = typer.Option(None, "--graded", help="graded.jsonl from `improve run`."),
     labels: Optional[Path] = typer.Option(None, "--labels", help='File of {"id", "label"} lines.'),
     transcripts: Optional[Path] = typer.Option(None, "--transcripts",
-                                               help="Ingest folder whose metadata holds the label (with --label-key)."),
+                                               help="Ingest folder whose metadata holds the label (with --label-key), "
+                                                    "or whose conversations --robustness breaks."),
     label_key: Optional[str] = typer.Option(None, "--label-key", help="Metadata key holding the label."),
     rollup: str = typer.Option("mean", "--rollup", help="A conversation's score: mean or min of its applicable turns."),
     threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold",
@@ -114,10 +115,36 @@ def audit_cmd(
     top: int = typer.Option(10, "--top", help="How many disagreements to list."),
     draws: int = typer.Option(2000, "--draws", help="Bootstrap draws for the AUC interval (0: none)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    robustness: bool = typer.Option(False, "--robustness",
+                                    help="Instead: break the transcripts' replies and calls on purpose and report, "
+                                         "per kind of breakage, how often the reward scores the real one higher."),
+    reward: Optional[str] = typer.Option(None, "--reward", help="With --robustness: NAME or reward:NAME."),
+    policy: Optional[Path] = typer.Option(None, "--policy",
+                                          help="With --robustness: policy file, given to the reward as config.policy."),
+    reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
+    runtime: str = typer.Option("inprocess", "--runtime", help="With --robustness: where the reward runs."),
+    kinds: Optional[str] = typer.Option(None, "--kinds", help="With --robustness: breakages to run, comma-separated "
+                                                               "(default: all; an unknown name lists them)."),
+    seed: int = typer.Option(0, "--seed", help="With --robustness: seed of the breakages."),
+    examples: int = typer.Option(3, "--examples", help="With --robustness: fooling cases to show per kind."),
+    output: Optional[Path] = typer.Option(None, "--output", help="With --robustness: also write the report here."),
 ):
-    """How well does the reward track a label? ROC AUC, Spearman, confusion table, a length baseline."""
+    """How well does the reward track a label? ROC AUC, Spearman, confusion table, a length baseline.
+    With --robustness: does it score broken replies below real ones? Win rate per kind of breakage."""
+    from ..errors import InputError
     from ..pipeline.audit import run_audit
 
+    if robustness:
+        if graded is not None or labels is not None or label_key is not None:
+            raise InputError("--robustness grades the transcripts itself: give --transcripts DIR --reward R, "
+                             "not --graded, --labels or --label-key")
+        if transcripts is None:
+            raise InputError("--robustness needs --transcripts DIR (a folder written by `ingest`)",
+                             field="transcripts")
+        _robustness_audit(transcripts, reward, policy, reward_file, runtime, kinds, seed, examples, output, as_json)
+        return
+    if graded is None:
+        raise InputError("give --graded FILE (graded.jsonl from `improve run`), or --robustness", field="graded")
     report = run_audit(graded, labels=labels, transcripts=transcripts, label_key=label_key, rollup=rollup,
                        threshold=threshold, top=top, draws=draws)
     if as_json:
@@ -162,3 +189,65 @@ def audit_cmd(
         console.print(worst)
     for note in report["notes"]:
         err_console.print(f"[yellow]note:[/] {note}")
+
+
+def _robustness_audit(transcripts: Path, reward: Optional[str], policy: Optional[Path], reward_file: Optional[Path],
+                      runtime: str, kinds: Optional[str], seed: int, examples: int, output: Optional[Path],
+                      as_json: bool) -> None:
+    """`improve audit --robustness`: run the breakages (`pipeline.robustness`) and render the report."""
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..pipeline.robustness import parse_kinds, run_robustness
+    from .options import reward_and_config
+
+    parse_kinds(kinds)  # a bad name fails before the reward is built
+    reward, config = reward_and_config(reward, policy, reward_file)
+    with Progress(TextColumn("[bold]grading[/] originals and broken copies"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+        task = progress.add_task("", total=None)
+        report = run_robustness(transcripts, reward, config, kinds=kinds, seed=seed, examples=examples,
+                                runtime=runtime, output=output,
+                                on_progress=lambda done, total: progress.update(task, completed=done, total=total))
+    if as_json:
+        import orjson
+
+        typer.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+        return
+    r = report["reward"]
+    table = Table(title=f"robustness of {r['component']} {r['version']} on {report['conversations']:,} conversations "
+                        f"(seed {report['seed']})", title_justify="left")
+    table.add_column("breakage", no_wrap=True)
+    for name in ("applied", "win rate", "wins", "ties", "losses", "mean drop"):
+        table.add_column(name, justify="right")
+    for kind, k in report["kinds"].items():
+        rate = k["win_rate"]
+        style = "" if rate is None else "green" if rate >= 0.9 else "yellow" if rate >= 0.7 else "red"
+        shown = f"[{style}]{_fmt(rate)}[/]" if style else _fmt(rate)
+        table.add_row(kind, f"{k['applied']:,}", shown, f"{k['wins']:,}", f"{k['ties']:,}", f"{k['losses']:,}",
+                      _fmt(k["mean_drop"]))
+    console.print(table)
+    console.print("win rate: the share of conversations where the original scores strictly higher than its broken "
+                  "copy (ties count half); a conversation scores the mean of its applicable turns.")
+
+    def clip(value, width: int = 160) -> str:
+        text = value if isinstance(value, str) else f"{value.get('name')}({value.get('arguments')})"
+        text = " ".join(text.split())
+        return escape(text if len(text) <= width else text[:width - 1] + "…")
+
+    for kind, k in report["kinds"].items():
+        if k["examples"]:
+            console.print(f"\n[bold]{kind}[/] ({k['description']}): copies that fooled the reward")
+        for e in k["examples"]:
+            console.print(f"  {escape(e['conversation_id'])}: {_fmt(e['original_score'])} -> broken "
+                          f"{_fmt(e['broken_score'])} ({e['outcome']}; turn {e['turn_index']})")
+            lines = [("original", e["original"]), ("broken", e["broken"]), ("reason", e["reason"])]
+            if e.get("details"):
+                lines.insert(2, ("changed", ", ".join(f"{k}: {v}" for k, v in e["details"].items())))
+            for label, value in lines:
+                console.print(f"    {label:8} {clip(value)}", highlight=False)
+    if report["weakest"] is not None:
+        console.print(f"weakest: {report['weakest']} "
+                      f"(win rate {_fmt(report['kinds'][report['weakest']]['win_rate'])})")
+    if output is not None:
+        console.print(f"Wrote {output}")

@@ -1,0 +1,220 @@
+"""`improve audit --robustness`: does the reward score broken replies below the real ones?
+
+Each conversation of a team's transcripts is broken in several ways (`breakages`, `call_breakages`: words
+shuffled, replies from other conversations, loops, insults, ungrounded numbers and arguments, claimed actions,
+renamed calls, empty and truncated replies), and the original and each broken copy are graded with the reward's
+own batch API. A conversation's score is the mean of its applicable turns (0.5 when none is applicable, as
+docs/rewards.md defines). Per kind: the conversations it applied to, and the win rate, the share of them where
+the original scores strictly higher than its broken copy, ties counting half; with examples of the copies that
+fooled the reward (scored as high as the original or higher). Deterministic for a seed.
+"""
+from __future__ import annotations
+
+import os
+from collections import deque
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+from ..components import GradeItem, assistant_turns
+from ..errors import InputError, PluginError
+from ..jsonio import read_jsonl, sha256_file, write_json
+from .breakages import (DESCRIPTIONS, KINDS, Broken, ReplyPool, empty_reply, foreign_reply, insult_added,
+                        looped_sentence, shuffled_words, truncated_reply, ungrounded_numbers)
+from .call_breakages import claimed_action, renamed_call, ungrounded_argument
+from .improve import _check_conversation, transcripts_path
+
+REPORT_SCHEMA = 1
+NO_APPLICABLE_TURN_SCORE = 0.5
+DEFAULT_EXAMPLES = 3
+BATCH = 32
+# Scores are compared rounded, so float noise in a mean (the same turns summed in another order) is no win.
+_PLACES = 9
+
+GENERATORS: dict[str, Callable[..., Broken | None]] = {
+    "shuffled_words": shuffled_words, "foreign_reply": foreign_reply, "looped_sentence": looped_sentence,
+    "insult_added": insult_added, "ungrounded_numbers": ungrounded_numbers, "claimed_action": claimed_action,
+    "ungrounded_argument": ungrounded_argument, "renamed_call": renamed_call, "empty_reply": empty_reply,
+    "truncated_reply": truncated_reply,
+}
+assert tuple(GENERATORS) == KINDS
+
+
+def break_conversation(conversation: Mapping[str, Any], kind: str, *, seed: int = 0,
+                       pool: ReplyPool | None = None) -> Broken | None:
+    """The broken copy of `conversation` for `kind` (one of KINDS), or None where it does not apply."""
+    return GENERATORS[kind](conversation, seed=seed, pool=pool)
+
+
+def parse_kinds(kinds: str | Iterable[str] | None) -> tuple[str, ...]:
+    """KINDS when none are named; else the named ones, in KINDS order, each checked."""
+    if kinds is None:
+        return KINDS
+    names = [k.strip() for k in (kinds.split(",") if isinstance(kinds, str) else kinds) if k.strip()]
+    unknown = [k for k in names if k not in GENERATORS]
+    if unknown or not names:
+        what = f"unknown breakage kind {', '.join(map(repr, unknown))}" if unknown else "no breakage kind named"
+        raise InputError(f"{what}; choose from {', '.join(KINDS)}", field="kinds")
+    return tuple(k for k in KINDS if k in names)
+
+
+# ------------------------------------------------------------------------------------------------------ grading
+
+
+class _Graded:
+    """A conversation's grade rows, by message index, and its score."""
+
+    __slots__ = ("rows", "score")
+
+    def __init__(self, rows: Sequence[Mapping[str, Any]]):
+        self.rows = {row["turn_index"]: row for row in rows}
+        scores = [float(row["score"]) for row in rows if row["applicable"]]
+        self.score = sum(scores) / len(scores) if scores else NO_APPLICABLE_TURN_SCORE
+
+    def turn(self, index: int) -> Mapping[str, Any] | None:
+        return self.rows.get(index)
+
+
+def _grade_all(grader, conversations: Sequence[Mapping[str, Any]],
+               on_progress: Callable[[int, int], None] | None = None, batch_size: int = BATCH) -> list[_Graded]:
+    """Every conversation graded with the reward's batch API (every assistant turn, in its context)."""
+    who = f"reward:{grader.identity()['name']}"
+    sizes: deque[list[int]] = deque()
+
+    def batches() -> Iterator[list[GradeItem]]:
+        for start in range(0, len(conversations), batch_size):
+            chunk = conversations[start:start + batch_size]
+            turns = [assistant_turns(c) for c in chunk]
+            sizes.append([len(t) for t in turns])
+            yield [GradeItem(dict(c), assistant_turns=t) for c, t in zip(chunk, turns)]
+
+    graded: list[_Graded] = []
+    for rows in grader.grade_many(batches()):
+        counts = sizes.popleft()
+        if len(rows) != sum(counts):
+            raise PluginError(who, "grade", f"returned {len(rows)} grades for {sum(counts)} assistant turns")
+        at = 0
+        for n in counts:
+            graded.append(_Graded(rows[at:at + n]))
+            at += n
+        if on_progress:
+            on_progress(len(graded), len(conversations))
+    return graded
+
+
+# ------------------------------------------------------------------------------------------------------ the report
+
+
+def _shown(value: Any) -> Any:
+    return value if value is not None else ""
+
+
+def _example(cid: str, broken: Broken, original: _Graded, copy: _Graded) -> dict[str, Any]:
+    turn = broken.turns[0]
+    broken_row, original_row = copy.turn(turn["index"]), original.turn(turn["original_index"])
+
+    def turn_score(row):
+        return float(row["score"]) if row and row["applicable"] else None
+
+    return {
+        "conversation_id": cid,
+        "original_score": original.score, "broken_score": copy.score,
+        "outcome": "tie" if round(original.score, _PLACES) == round(copy.score, _PLACES) else "loss",
+        "turn_index": turn["index"], "turns_broken": len(broken.turns),
+        "original": turn["original"], "broken": turn["broken"],
+        "original_turn_score": turn_score(original_row), "broken_turn_score": turn_score(broken_row),
+        "reason": _shown(broken_row and broken_row.get("reason")),
+        "original_reason": _shown(original_row and original_row.get("reason")),
+        **({"details": broken.notes} if broken.notes else {}),
+    }
+
+
+def robustness_report(conversations: Sequence[Mapping[str, Any]], grader, *, kinds: str | Iterable[str] | None = None,
+                      seed: int = 0, examples: int = DEFAULT_EXAMPLES,
+                      keep: Callable[[Broken], bool] | None = None,
+                      on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Break `conversations` (checked, in ingest's format) with each kind, grade originals and copies with
+    `grader` (a Reward, in any runtime), and tally. `keep` may leave some copies out (e.g. only those that touch
+    a decision); a conversation whose copy is left out counts as one the kind does not apply to."""
+    chosen = parse_kinds(kinds)
+    if examples < 0:
+        raise InputError("examples must be 0 or more", field="examples")
+    pool = ReplyPool(conversations) if "foreign_reply" in chosen else None
+    copies: list[tuple[str, int, Broken]] = []
+    for n, conv in enumerate(conversations):
+        for kind in chosen:
+            broken = GENERATORS[kind](conv, seed=seed, pool=pool)
+            if broken is not None and (keep is None or keep(broken)):
+                copies.append((kind, n, broken))
+    graded = _grade_all(grader, list(conversations) + [b.conversation for _, _, b in copies], on_progress)
+    originals, broken_grades = graded[:len(conversations)], graded[len(conversations):]
+
+    per_kind: dict[str, dict[str, Any]] = {}
+    fooled: dict[str, list[tuple[float, str, dict]]] = {k: [] for k in chosen}
+    for kind in chosen:
+        per_kind[kind] = {"description": DESCRIPTIONS[kind], "applied": 0, "not_applicable": 0, "wins": 0,
+                          "ties": 0, "losses": 0, "win_rate": None, "mean_drop": None, "examples": []}
+    drops: dict[str, float] = dict.fromkeys(chosen, 0.0)
+    for (kind, n, broken), copy in zip(copies, broken_grades):
+        entry, original = per_kind[kind], originals[n]
+        entry["applied"] += 1
+        a, b = round(original.score, _PLACES), round(copy.score, _PLACES)
+        entry["wins" if a > b else "ties" if a == b else "losses"] += 1
+        drops[kind] += original.score - copy.score
+        if a <= b and examples:
+            cid = str(conversations[n].get("id"))
+            fooled[kind].append((b - a, cid, _example(cid, broken, original, copy)))
+    for kind, entry in per_kind.items():
+        entry["not_applicable"] = len(conversations) - entry["applied"]
+        if entry["applied"]:
+            entry["win_rate"] = (entry["wins"] + 0.5 * entry["ties"]) / entry["applied"]
+            entry["mean_drop"] = drops[kind] / entry["applied"]
+        # Losses before ties, the widest margin first; ids break ties, so the choice is deterministic.
+        entry["examples"] = [e for _, _, e in sorted(fooled[kind], key=lambda t: (-t[0], t[1]))[:examples]]
+
+    rated = [(e["win_rate"], k) for k, e in per_kind.items() if e["win_rate"] is not None]
+    identity = grader.identity()
+    return {
+        "schema_version": REPORT_SCHEMA,
+        "step": "robustness",
+        "reward": {**identity, "component": f"reward:{identity['name']}"},
+        "seed": seed,
+        "conversations": len(conversations),
+        "win_rate_means": "the original scores strictly higher than its broken copy; ties count half",
+        "conversation_score": "mean of the applicable turns' scores; 0.5 when none is applicable",
+        "kinds": per_kind,
+        "weakest": min(rated)[1] if rated else None,
+    }
+
+
+def read_conversations(transcripts: str | os.PathLike) -> tuple[list[dict[str, Any]], str]:
+    src = transcripts_path(transcripts)
+    shown = str(src)
+    if not src.is_file():
+        raise InputError("file not found (run `stateset-agents ingest` to make it)", path=shown)
+    conversations = [_check_conversation(obj, shown, line)[0] for line, obj in read_jsonl(src, display=shown)]
+    if not conversations:
+        raise InputError("no conversations in this file", path=shown)
+    return conversations, shown
+
+
+def run_robustness(transcripts: str | os.PathLike, reward: str, config: Mapping[str, Any] | None = None, *,
+                   kinds: str | Iterable[str] | None = None, seed: int = 0, examples: int = DEFAULT_EXAMPLES,
+                   runtime: str = "inprocess", output: str | os.PathLike | None = None,
+                   on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """The robustness report for an ingest folder's transcripts.jsonl and reward `reward` (NAME or reward:NAME)
+    built with `config` (a policy travels as config.policy). With `output`, the report is also written there
+    (atomically). `on_progress(graded, total)` hears of each graded batch of conversations."""
+    from ..runtimes import load_component
+
+    chosen = parse_kinds(kinds)  # checked before anything is read or started
+    if examples < 0:
+        raise InputError("examples must be 0 or more", field="examples")
+    conversations, shown = read_conversations(transcripts)
+    with load_component(reward, kind="reward", config=dict(config or {}), runtime=runtime) as grader:
+        report = robustness_report(conversations, grader, kinds=chosen, seed=seed, examples=examples,
+                                   on_progress=on_progress)
+    head = {k: report.pop(k) for k in ("schema_version", "step")}
+    report = {**head, "transcripts": {"path": os.path.abspath(shown), "sha256": sha256_file(shown)},
+              "runtime": runtime, **report}
+    if output is not None:
+        write_json(output, report)
+    return report
