@@ -316,30 +316,35 @@ def _words(text: str) -> set[str]:
 
 
 def foreign_reply(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyPool | None = None) -> Broken | None:
-    """Each reply replaced by a reply of another conversation: of a few drawn at random, the one sharing the
-    fewest words with this conversation, so that it is about something else."""
+    """Each reply replaced by a reply of another conversation: of 8 drawn at random (a draw that hits this
+    conversation takes the next reply of another), the one sharing the fewest words with this conversation, so
+    that it is about something else."""
     if pool is None or not pool.replies:
         return None
     rng = rng_for("foreign_reply", seed, conversation)
-    cid = str(conversation.get("id"))
+    cid, replies = str(conversation.get("id")), pool.replies
     own = _words(context_text(conversation))
+
+    def overlap(reply: str) -> float:
+        words = _words(reply)
+        return len(words & own) / len(words) if words else 1.0
+
     broken = copy.deepcopy(dict(conversation))
     turns = []
     for i in text_replies(conversation):
         text = message_text(conversation["messages"][i])
-        best, best_overlap = None, 2.0
+        drawn = []
         for _ in range(8):
-            donor_id, donor = pool.replies[rng.randrange(len(pool.replies))]
-            if donor_id == cid or donor.strip() == text.strip():
-                continue
-            words = _words(donor)
-            overlap = len(words & own) / len(words) if words else 1.0
-            if overlap < best_overlap:
-                best, best_overlap = donor, overlap
-        if best is None:
-            continue
-        with_text(broken, i, best)
-        turns.append(text_turn(i, text, best))
+            at = rng.randrange(len(replies))
+            k = next((k % len(replies) for k in range(at, at + len(replies)) if replies[k % len(replies)][0] != cid
+                      and replies[k % len(replies)][1].strip() != text.strip()), None)
+            if k is None:
+                break
+            drawn.append(replies[k][1])
+        if drawn:
+            best = min(drawn, key=overlap)  # the first drawn among equals
+            with_text(broken, i, best)
+            turns.append(text_turn(i, text, best))
     return Broken("foreign_reply", broken, turns) if turns else None
 
 

@@ -181,7 +181,7 @@ def robustness_report(conversations: Sequence[Mapping[str, Any]], grader, *, kin
         "win_rate_means": "the original scores strictly higher than its broken copy; ties count half",
         "conversation_score": "mean of the applicable turns' scores; 0.5 when none is applicable",
         "kinds": per_kind,
-        "weakest": min(rated)[1] if rated else None,
+        "weakest": min(rated, key=lambda r: r[0])[1] if rated else None,  # the first kind among equals
     }
 
 
