@@ -1,4 +1,5 @@
-"""`stateset-agents benchmark algorithms`: a thin wrapper over benchmarks/algorithms.py (a source checkout's)."""
+"""`stateset-agents benchmark algorithms | rewards`: thin wrappers over benchmarks/algorithms.py and
+benchmarks/reward_validity.py (a source checkout's)."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,17 +14,17 @@ benchmark_app = typer.Typer(help="Reproducible benchmarks (from a source checkou
 app.add_typer(benchmark_app, name="benchmark")
 
 
-def _load():
+def _load(script: str = "algorithms"):
     from ..errors import InputError
 
     for base in (Path.cwd(), *Path(__file__).resolve().parents):
-        path = base / "benchmarks" / "algorithms.py"
+        path = base / "benchmarks" / f"{script}.py"
         if path.exists():
-            spec = importlib.util.spec_from_file_location("stateset_benchmarks_algorithms", path)
+            spec = importlib.util.spec_from_file_location(f"stateset_benchmarks_{script}", path)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
             return module
-    raise InputError("benchmarks/algorithms.py not found: run from a stateset-agents source checkout")
+    raise InputError(f"benchmarks/{script}.py not found: run from a stateset-agents source checkout")
 
 
 @benchmark_app.command("algorithms")
@@ -41,3 +42,20 @@ def algorithms(
                       log=lambda line: console.print(line, highlight=False))
     out = output or module.ROOT / "benchmarks" / "results" / "algorithms"
     console.print((Path(out) / "table.md").read_text(), highlight=False)
+
+
+@benchmark_app.command("rewards")
+def rewards(
+    data: Optional[Path] = typer.Option(None, "--data", help="Folder holding tau-airline/ and gsm8k/ "
+                                                             "(default ../shared/data beside the checkout)."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Directory (default benchmarks/results)."),
+    folds: int = typer.Option(5, "--folds", help="Folds, grouped by task and stratified."),
+    seed: int = typer.Option(0, "--seed", help="Seed for the folds and the bootstrap."),
+    draws: int = typer.Option(2000, "--draws", help="Bootstrap draws (tasks resampled) per interval."),
+):
+    """Reward validity out of fold: leave-tasks-out AUC of each reward (shipped, calibrated per fold, length-only)
+    on tau-airline, and gsm8k's agreement with its labels."""
+    module = _load("reward_validity")
+    report = module.run(data or module.DATA, output, folds=folds, seed=seed, draws=draws,
+                        log=lambda line: console.print(line, highlight=False))
+    typer.echo(module.render(report))  # plain: a Markdown table pastes as printed

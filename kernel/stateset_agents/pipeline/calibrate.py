@@ -33,11 +33,13 @@ from .audit import BINARISE_AT, _check_grade_row, read_label_file, read_label_ke
 from .improve import load_policy, transcripts_path
 
 METHOD = "logistic-l2"
-C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+C_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)
 FILL_RULES = ("passed", "mean")
 #: Used when the data are too few to choose C by an inner cross-validation.
 FALLBACK_C = 1.0
 MIN_PER_CLASS = 20
+#: What a conversation without an applicable turn scores (docs/rewards.md): neutral, no evidence either way.
+NO_APPLICABLE_TURN_SCORE = 0.5
 DEFAULT_FOLDS = 5
 DEFAULT_GROUP_KEY = "task_id"
 _DIGITS = 12  # significant digits written: the file's bytes do not hang on the last bit of a float
@@ -143,23 +145,26 @@ def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
     return x
 
 
-def fit_logistic(rows: Sequence[tuple[Sequence[float], float, float]], C: float, *, max_iter: int = 100
-                 ) -> list[float]:
+def fit_logistic(rows: Sequence[tuple[Sequence[float], float, float]], C: float, *, start: Sequence[float] | None = None,
+                 max_iter: int = 100) -> list[float]:
     """[intercept, w_1..w_p] minimising sum_i w_i * logloss(y_i, x_i) + |w|^2 / (2C) (intercept unpenalised), by
-    Newton's method with step halving. rows: (x, y in {0, 1}, weight)."""
+    Newton's method with step halving, from `start` when given. rows: (x, y in {0, 1}, weight). Rows are walked
+    by their non-zero entries, so a row costs (non-zeros)^2, not p^2."""
     p = len(rows[0][0])
     wsum = math.fsum(w for _, _, w in rows)
     wpos = math.fsum(w * y for _, y, w in rows)
     if not 0 < wpos < wsum:
         raise ValueError("a logistic fit needs both classes")
+    # Index 0 is the intercept's constant 1; feature j is index j + 1.
+    sparse = [(((0, 1.0),) + tuple((j + 1, v) for j, v in enumerate(x) if v), y, w) for x, y, w in rows]
     rate = wpos / wsum
-    theta = [math.log(rate / (1 - rate))] + [0.0] * p
+    theta = list(start) if start is not None else [math.log(rate / (1 - rate))] + [0.0] * p
     penalty = 1.0 / C
 
     def objective(t: list[float]) -> float:
         total = 0.0
-        for x, y, w in rows:
-            eta = t[0] + sum(b * v for b, v in zip(t[1:], x))
+        for pairs, y, w in sparse:
+            eta = sum(t[j] * v for j, v in pairs)
             total += w * (_softplus(eta) - y * eta)
         return total + 0.5 * penalty * sum(b * b for b in t[1:])
 
@@ -167,19 +172,15 @@ def fit_logistic(rows: Sequence[tuple[Sequence[float], float, float]], C: float,
     for _ in range(max_iter):
         grad = [0.0] * (p + 1)
         hess = [[0.0] * (p + 1) for _ in range(p + 1)]
-        for x, y, w in rows:
-            full = (1.0, *x)
-            prob = _sigmoid(sum(b * v for b, v in zip(theta, full)))
+        for pairs, y, w in sparse:
+            prob = _sigmoid(sum(theta[j] * v for j, v in pairs))
             r, s = w * (prob - y), w * prob * (1 - prob)
-            for a in range(p + 1):
-                grad[a] += r * full[a]
-                sa = s * full[a]
+            for a, va in pairs:
+                grad[a] += r * va
+                sa = s * va
                 row = hess[a]
-                for b in range(a, p + 1):
-                    row[b] += sa * full[b]
-        for a in range(p + 1):
-            for b in range(a):
-                hess[a][b] = hess[b][a]
+                for b, vb in pairs:
+                    row[b] += sa * vb
         for j in range(1, p + 1):
             grad[j] += penalty * theta[j]
             hess[j][j] += penalty
@@ -214,51 +215,78 @@ def fill_value(values: Sequence[float], weights: Sequence[float], rule: str) -> 
     return math.fsum(v * w for v, w in zip(values, weights)) / math.fsum(weights)
 
 
+def encode(conversations: Sequence[Sequence[Mapping[str, Any]]], features: Sequence[str]
+           ) -> list[list[tuple[float | None, ...]]]:
+    """Each turn's breakdown as a tuple of its checks' values in `features` order (None: not judged), read once
+    so that the many fits of a cross-validation do not read the breakdowns again."""
+    return [[tuple(_number(b.get(f)) for f in features) for b in turns] for turns in conversations]
+
+
 def fit_calibration(conversations: Sequence[Sequence[Mapping[str, Any]]], labels: Sequence[bool],
-                    features: Sequence[str], C: float, fill_rule: str = "passed") -> dict[str, Any]:
+                    features: Sequence[str], C: float, fill_rule: str = "passed",
+                    start: Sequence[float] | None = None) -> dict[str, Any]:
     """The calibration mapping (method, features, intercept, weights, fill) fitted on these conversations, plus
-    `standardised_weights` (per standard deviation: comparable across checks) and `dropped` (checks constant here)."""
-    weight_of = [1.0 / len(turns) for turns in conversations]
+    `standardised_weights` (per standard deviation: comparable across checks), `dropped` (checks constant here)
+    and `theta` (the solver's solution, a warm `start` for the next C on the same data)."""
+    return _fit(encode(conversations, features), labels, features, C, fill_rule, start)
+
+
+def _fit(encoded, labels, features, C, fill_rule, start=None) -> dict[str, Any]:
+    weight_of = [1.0 / len(turns) for turns in encoded]
     fill: dict[str, float] = {}
-    for f in features:
-        seen = [(_number(b.get(f)), w) for turns, w in zip(conversations, weight_of) for b in turns]
-        seen = [(v, w) for v, w in seen if v is not None]
+    for j, f in enumerate(features):
+        seen = [(t[j], w) for turns, w in zip(encoded, weight_of) for t in turns if t[j] is not None]
         if seen:
             fill[f] = fill_value([v for v, _ in seen], [w for _, w in seen], fill_rule)
-    columns = [f for f in features if f in fill]
+    columns = [j for j, f in enumerate(features) if f in fill]
+    fills = [fill[features[j]] for j in columns]
     # Identical (x, y) rows add up: the loss depends on nothing else, and the data shrink to a few distinct rows.
     merged: dict[tuple, float] = {}
-    for turns, y, w in zip(conversations, labels, weight_of):
-        for b in turns:
-            key = (tuple(fill[f] if (v := _number(b.get(f))) is None else v for f in columns), float(bool(y)))
+    for turns, y, w in zip(encoded, labels, weight_of):
+        for t in turns:
+            key = (tuple(fv if t[j] is None else t[j] for j, fv in zip(columns, fills)), float(bool(y)))
             merged[key] = merged.get(key, 0.0) + w
     keys = sorted(merged)  # a fixed order: the sums, and so the fit, do not hang on the input's order
     total = math.fsum(merged.values())
-    mean, scale, kept = {}, {}, []
-    for j, f in enumerate(columns):
-        m = math.fsum(k[0][j] * merged[k] for k in keys) / total
-        sd = math.sqrt(math.fsum((k[0][j] - m) ** 2 * merged[k] for k in keys) / total)
+    scale, kept = {}, []
+    for c, j in enumerate(columns):
+        m = math.fsum(k[0][c] * merged[k] for k in keys) / total
+        sd = math.sqrt(math.fsum((k[0][c] - m) ** 2 * merged[k] for k in keys) / total)
         if sd > 1e-12:
-            mean[f], scale[f] = m, sd
-            kept.append(j)
+            scale[features[j]] = sd
+            kept.append(c)
     if not kept:
         raise ValueError("every check is constant on these conversations: nothing to weight")
-    names = [columns[j] for j in kept]
-    rows = [([(k[0][j] - mean[columns[j]]) / scale[columns[j]] for j in kept], k[1], merged[k]) for k in keys]
-    theta = fit_logistic(rows, C)
+    names = [features[columns[c]] for c in kept]
+    # Scaled to unit deviation (so the penalty treats checks alike) and shifted so a check the turn did not judge
+    # is 0: rows stay sparse. The shift moves only the unpenalised intercept, not the fit.
+    rows = [([(k[0][c] - fills[c]) / scale[features[columns[c]]] for c in kept], k[1], merged[k]) for k in keys]
+    theta = fit_logistic(rows, C, start=start if start is not None and len(start) == len(names) + 1 else None)
     weights = {f: theta[i + 1] / scale[f] for i, f in enumerate(names)}
-    intercept = theta[0] - math.fsum(theta[i + 1] * mean[f] / scale[f] for i, f in enumerate(names))
+    intercept = theta[0] - math.fsum(theta[i + 1] * fill[f] / scale[f] for i, f in enumerate(names))
     return {
         "method": METHOD, "features": names, "intercept": _round(intercept),
         "weights": {f: _round(weights[f]) for f in names}, "fill": {f: _round(fill[f]) for f in names},
         "standardised_weights": {f: _round(theta[i + 1]) for i, f in enumerate(names)},
-        "dropped": [f for f in features if f not in names],
+        "dropped": [f for f in features if f not in names], "theta": theta,
     }
 
 
 def conversation_score(calibration: Mapping[str, Any], turns: Sequence[Mapping[str, Any]]) -> float:
     """Exactly what the kernel will make of a conversation: the mean of its calibrated turn scores."""
     return math.fsum(calibrated_score(calibration, b) for b in turns) / len(turns)
+
+
+def _encoded_score(calibration: Mapping[str, Any], turns, features: Sequence[str]) -> float:
+    """`conversation_score` from encoded turns (the same sums in the same order, so the same value)."""
+    at = {f: j for j, f in enumerate(features)}
+    used = [(at[f], float(calibration["weights"][f]), float(calibration["fill"][f])) for f in calibration["features"]]
+    intercept = float(calibration["intercept"])
+    scores = []
+    for t in turns:
+        z = intercept + sum(w * (fv if t[j] is None else t[j]) for j, w, fv in used)
+        scores.append(_sigmoid(z))
+    return math.fsum(scores) / len(turns)
 
 
 def _log_loss(score: float, y: bool) -> float:
@@ -271,6 +299,7 @@ def choose_settings(conversations, labels, groups, features, *, folds: int, seed
     """(C, fill rule, how they were chosen): the pair from C_GRID x FILL_RULES whose out-of-fold conversation scores
     in an inner grouped cross-validation have the lowest log loss (ties: the stronger penalty, then "passed"), or
     the fallbacks with the reason when these data cannot be split that way."""
+    encoded = encode(conversations, features)
     k = min(folds, len(set(groups)))
     if k < 2:
         return FALLBACK_C, FILL_RULES[0], "fixed: fewer than 2 groups to choose by"
@@ -280,12 +309,14 @@ def choose_settings(conversations, labels, groups, features, *, folds: int, seed
     losses = {}
     try:
         for rule in FILL_RULES:
+            warm: list = [None] * k  # each split's last solution starts the next C (C ascends: small steps)
             for C in C_GRID:
                 loss = 0.0
-                for train, test in splits:
-                    cal = fit_calibration([conversations[i] for i in train], [labels[i] for i in train], features,
-                                          C, rule)
-                    loss += math.fsum(_log_loss(conversation_score(cal, conversations[i]), labels[i]) for i in test)
+                for f, (train, test) in enumerate(splits):
+                    cal = _fit([encoded[i] for i in train], [labels[i] for i in train], features, C, rule, warm[f])
+                    warm[f] = cal["theta"]
+                    loss += math.fsum(_log_loss(_encoded_score(cal, encoded[i], features), labels[i])
+                                      for i in test)
                 losses[C, rule] = round(loss / len(conversations), 12)
     except ValueError as exc:  # a training split with one class, or with every check constant
         return FALLBACK_C, FILL_RULES[0], f"fixed: the inner cross-validation could not fit ({exc})"
@@ -296,13 +327,14 @@ def choose_settings(conversations, labels, groups, features, *, folds: int, seed
 
 def cross_validate(conversations, labels, groups, features, *, folds: int, seed: int) -> dict[str, Any]:
     """Out-of-fold calibrated conversation scores: fold f is scored by a calibration fitted (C and fill chosen
-    too) on the other folds only."""
+    too) on the other folds only. `conversations`: each one's applicable turns' breakdowns."""
     assignment = grouped_stratified_folds(groups, labels, folds, seed=seed)
-    scores = [0.0] * len(conversations)
+    scores = [NO_APPLICABLE_TURN_SCORE] * len(conversations)
     per_fold = []
     for f in range(folds):
-        train = [i for i, g in enumerate(assignment) if g != f]
-        test = [i for i, g in enumerate(assignment) if g == f]
+        # A conversation without an applicable turn teaches nothing and keeps the neutral score.
+        train = [i for i, g in enumerate(assignment) if g != f and conversations[i]]
+        test = [i for i, g in enumerate(assignment) if g == f and conversations[i]]
         sub = ([conversations[i] for i in train], [labels[i] for i in train], [groups[i] for i in train])
         C, rule, _ = choose_settings(*sub, features, folds=folds - 1, seed=seed)
         cal = fit_calibration(sub[0], sub[1], features, C, rule)
