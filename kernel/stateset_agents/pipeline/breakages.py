@@ -12,7 +12,6 @@ grounded, a call argument the context supplied, a write followed by a reply).
 """
 from __future__ import annotations
 
-import copy
 import datetime
 import json
 import random
@@ -205,28 +204,51 @@ def is_error_result(text: str) -> bool:
     return False
 
 
-def context_text(conversation: Mapping[str, Any], upto: int | None = None) -> str:
-    """Everything a value could be grounded in: every message's text and call arguments (those before `upto`
-    only, when given), and, for the whole conversation, the declared tools and the metadata."""
-    parts = []
-    for m in (conversation.get("messages") or ())[:upto]:
-        parts.append(message_text(m))
-        for call in m.get("tool_calls") or ():
-            parts.append(json.dumps(call, ensure_ascii=False) if not isinstance(call, str) else call)
-    if upto is None:
-        parts.append(json.dumps(conversation.get("tools") or [], ensure_ascii=False))
-        parts.append(json.dumps(conversation.get("metadata") or {}, ensure_ascii=False, default=str))
-    return "\n".join(parts)
+def _message_context(message: Mapping[str, Any]) -> str:
+    parts = [message_text(message)]
+    for call in message.get("tool_calls") or ():
+        parts.append(json.dumps(call, ensure_ascii=False) if not isinstance(call, str) else call)
+    return "\n".join(parts).lower()
+
+
+def context_text(conversation: Mapping[str, Any]) -> str:
+    """Everything a value could be grounded in, lower-cased: every message's text and call arguments, the
+    declared tools and the metadata."""
+    parts = [_message_context(m) for m in conversation.get("messages") or ()]
+    parts.append(json.dumps(conversation.get("tools") or [], ensure_ascii=False))
+    parts.append(json.dumps(conversation.get("metadata") or {}, ensure_ascii=False, default=str))
+    return "\n".join(parts).lower()
+
+
+def prefix_context(conversation: Mapping[str, Any]) -> Callable[[int], str]:
+    """index -> the lower-cased text and call arguments of the messages before it (what the context had supplied
+    by then), each message read once."""
+    parts = [_message_context(m) for m in conversation.get("messages") or ()]
+    return lambda index: "\n".join(parts[:index])
 
 
 def found_as_token(value: str, haystack: str) -> bool:
-    """Whether `value` occurs in `haystack` as a whole token (case-insensitive)."""
-    return re.search(rf"(?<![A-Za-z0-9]){re.escape(value)}(?![A-Za-z0-9])", haystack, re.IGNORECASE) is not None
+    """Whether `value` occurs in `haystack` (from `context_text`) as a whole token, case-insensitively: with no
+    letter or digit right before or after it."""
+    needle = value.lower()
+    at = haystack.find(needle)
+    while at >= 0:
+        end = at + len(needle)
+        if not (at and haystack[at - 1].isalnum()) and not (end < len(haystack) and haystack[end].isalnum()):
+            return True
+        at = haystack.find(needle, at + 1)
+    return False
 
 
 def rng_for(kind: str, seed: int, conversation: Mapping[str, Any]) -> random.Random:
     # A string seed is hashed with sha512: the same draws in every process, whatever PYTHONHASHSEED says.
     return random.Random(f"{kind}\x00{seed}\x00{conversation.get('id')}")
+
+
+def shallow_copy(conversation: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy whose message list is its own: a breakage replaces the messages it changes (with_text, or a deep
+    copy of one message) and shares the others with the original, which is never changed."""
+    return {**conversation, "messages": list(conversation.get("messages") or ())}
 
 
 def with_text(conversation: dict[str, Any], index: int, text: str) -> None:
@@ -291,7 +313,7 @@ def ungrounded_value(value: str, rng: random.Random, haystack: str) -> str | Non
 
 def shuffled_words(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyPool | None = None) -> Broken | None:
     rng = rng_for("shuffled_words", seed, conversation)
-    broken = copy.deepcopy(dict(conversation))
+    broken = shallow_copy(conversation)
     turns = []
     for i in text_replies(conversation):
         text = message_text(conversation["messages"][i])
@@ -323,13 +345,14 @@ def foreign_reply(conversation: Mapping[str, Any], *, seed: int = 0, pool: Reply
         return None
     rng = rng_for("foreign_reply", seed, conversation)
     cid, replies = str(conversation.get("id")), pool.replies
-    own = _words(context_text(conversation))
+    messages = conversation.get("messages") or ()
+    own = _words(prefix_context(conversation)(len(messages)))  # what this conversation is about
 
     def overlap(reply: str) -> float:
         words = _words(reply)
         return len(words & own) / len(words) if words else 1.0
 
-    broken = copy.deepcopy(dict(conversation))
+    broken = shallow_copy(conversation)
     turns = []
     for i in text_replies(conversation):
         text = message_text(conversation["messages"][i])
@@ -370,7 +393,7 @@ def looped_sentence(conversation: Mapping[str, Any], *, seed: int = 0, pool: Rep
     sentence = rng.choice(_sentences(text))
     loop = " " + sentence.group().strip()
     new = text[:sentence.end()] + loop * rng.randint(3, 6) + text[sentence.end():]
-    broken = copy.deepcopy(dict(conversation))
+    broken = shallow_copy(conversation)
     with_text(broken, i, new)
     return Broken("looped_sentence", broken, [text_turn(i, text, new)])
 
@@ -392,7 +415,7 @@ def insult_added(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyP
         ends = [m.end() for m in _SENTENCE.finditer(stripped)][:-1] or [len(stripped)]
         cut = rng.choice(ends)
         new = f"{stripped[:cut].rstrip()} {insult} {stripped[cut:].lstrip()}".rstrip()
-    broken = copy.deepcopy(dict(conversation))
+    broken = shallow_copy(conversation)
     with_text(broken, i, new)
     return Broken("insult_added", broken, [text_turn(i, text, new)])
 
@@ -414,9 +437,10 @@ def ungrounded_numbers(conversation: Mapping[str, Any], *, seed: int = 0,
     where at least one of them was grounded (said earlier in the conversation), so the change breaks a claim."""
     rng = rng_for("ungrounded_numbers", seed, conversation)
     candidates = []
+    prefix = prefix_context(conversation)
     for i in text_replies(conversation):
         spans = _number_spans(message_text(conversation["messages"][i]))
-        before = context_text(conversation, upto=i)
+        before = prefix(i) if spans else ""
         if any(found_as_token(m.group(), before) for m in spans):
             candidates.append(i)
     if not candidates:
@@ -436,7 +460,7 @@ def ungrounded_numbers(conversation: Mapping[str, Any], *, seed: int = 0,
         pieces += [text[last:m.start()], replaced[m.group()]]
         last = m.end()
     new_text = "".join(pieces) + text[last:]
-    broken = copy.deepcopy(dict(conversation))
+    broken = shallow_copy(conversation)
     with_text(broken, i, new_text)
     return Broken("ungrounded_numbers", broken, [text_turn(i, text, new_text)], {"replaced": replaced})
 
@@ -447,7 +471,7 @@ def empty_reply(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyPo
     if picked is None:
         return None
     i, text = picked
-    broken = copy.deepcopy(dict(conversation))
+    broken = shallow_copy(conversation)
     with_text(broken, i, "")
     return Broken("empty_reply", broken, [text_turn(i, text, "")])
 
@@ -466,6 +490,6 @@ def truncated_reply(conversation: Mapping[str, Any], *, seed: int = 0,
     if not cuts:
         return None
     new = text[:words[rng.choice(cuts) - 1].end()].rstrip(",;")
-    broken = copy.deepcopy(dict(conversation))
+    broken = shallow_copy(conversation)
     with_text(broken, i, new)
     return Broken("truncated_reply", broken, [text_turn(i, text, new)])

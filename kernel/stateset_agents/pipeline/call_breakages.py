@@ -7,9 +7,9 @@ import random
 from typing import Any, Iterable, Mapping, Sequence
 
 from .breakages import (DIGITS, NAME_WORDS, PROSE_WORDS, Broken, ReplyPool, arguments_of, call_view,
-                        context_text, declared_tools, found_as_token, is_error_result, message_text, result_index,
-                        rng_for, set_arguments, text_replies, text_turn, tool_calls_of, tool_kind, ungrounded_value,
-                        with_text)
+                        context_text, declared_tools, found_as_token, is_error_result, message_text, prefix_context,
+                        result_index, rng_for, set_arguments, shallow_copy, text_replies, text_turn, tool_calls_of,
+                        tool_kind, ungrounded_value, with_text)
 
 # Claimed actions: the past tense of a write tool's verb, and phrasings of a completed change.
 _PAST = {"cancel": "cancelled", "update": "updated", "book": "booked", "send": "sent", "refund": "refunded",
@@ -88,14 +88,14 @@ def ungrounded_argument(conversation: Mapping[str, Any], *, seed: int = 0,
     no enum value, flag or prose), changed to a value of the same shape found nowhere in the conversation."""
     rng = rng_for("ungrounded_argument", seed, conversation)
     declared = declared_tools(conversation)
-    everywhere = context_text(conversation)
+    everywhere, prefix = context_text(conversation), prefix_context(conversation)
     for group in _decisions_first(tool_calls_of(conversation), declared):
         candidates = []
         for i, j, call in group:
             arguments = arguments_of(call)
             if not isinstance(arguments, dict):
                 continue
-            before = context_text(conversation, upto=i)
+            before = prefix(i)
             enums = _enum_values(declared.get(call["function"]["name"], {}).get("parameters"))
             for path, value in _leaves(arguments):
                 text = _value_text(value)
@@ -112,7 +112,8 @@ def ungrounded_argument(conversation: Mapping[str, Any], *, seed: int = 0,
     new_value: Any = new_text
     if isinstance(value, (int, float)):
         new_value = int(new_text) if isinstance(value, int) else float(new_text)
-    broken = copy.deepcopy(dict(conversation))
+    broken = shallow_copy(conversation)
+    broken["messages"][i] = copy.deepcopy(conversation["messages"][i])
     call = broken["messages"][i]["tool_calls"][j]
     original = call_view(call)
     arguments = arguments_of(call)
@@ -149,12 +150,13 @@ def renamed_call(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyP
     others = sorted(n for n in declared if n != name)
     best = max(map(fit, others))
     target = rng.choice([n for n in others if fit(n) == best])
-    broken = copy.deepcopy(dict(conversation))
+    broken = shallow_copy(conversation)
+    broken["messages"][i] = copy.deepcopy(conversation["messages"][i])
     new_call = broken["messages"][i]["tool_calls"][j]
     new_call["function"]["name"] = target
     result = result_index(broken["messages"], i, call.get("id"))
     if result is not None and "name" in broken["messages"][result]:
-        broken["messages"][result]["name"] = target  # a log names the tool that answered
+        broken["messages"][result] = {**broken["messages"][result], "name": target}  # a log names who answered
     decision = kind != "read" or tool_kind(target, declared[target]) != "read"
     return Broken("renamed_call", broken, [{"index": i, "original_index": i, "original": call_view(call),
                                             "broken": call_view(new_call)}],
@@ -205,7 +207,7 @@ def claimed_action(conversation: Mapping[str, Any], *, seed: int = 0, pool: Repl
         since = _last_user(messages, i)
         if not any(w[4] and w[2] is not call and since < w[0] < reply for w in writes):
             removable.append((i, j, call, result, reply))
-    broken = copy.deepcopy(dict(conversation))
+    broken = shallow_copy(conversation)
     if removable:
         i, j, call, result, reply = rng.choice(removable)
         original_text = message_text(messages[reply])
