@@ -5,7 +5,8 @@ applicable turns).
 
 customer_support is held to the kinds that break text, tool_calling (with and without expected calls) to those that
 break calls and to claimed actions, nsr (airline policy) to the kinds that change a decision, counted only where
-the copy's changed call is a write or hand-off. Run with `-s` to see the table of win rates.
+the copy's changed call is a write or hand-off. Run with `-s` to see the table of win rates; its ceiling column is
+the highest win rate the reward could reach (an original that scores 0 can at best tie its broken copy).
 """
 from __future__ import annotations
 
@@ -47,11 +48,12 @@ def reports(airline_policy):
 
 
 def table(found) -> str:
-    lines = [f"{'reward':34} {'breakage':20} {'applied':>7} {'win rate':>8}  wins/ties/losses"]
+    lines = [f"{'reward':32} {'breakage':20} {'applied':>7} {'win rate':>8} {'ceiling':>7}  wins/ties/losses"]
     for label, report in found.items():
         for kind, k in report["kinds"].items():
-            rate = "n/a" if k["win_rate"] is None else f"{k['win_rate']:.3f}"
-            lines.append(f"{label:34} {kind:20} {k['applied']:7d} {rate:>8}  {k['wins']}/{k['ties']}/{k['losses']}")
+            rate, best = ("n/a" if v is None else f"{v:.3f}" for v in (k["win_rate"], k["best_possible"]))
+            lines.append(f"{label:32} {kind:20} {k['applied']:7d} {rate:>8} {best:>7}  "
+                         f"{k['wins']}/{k['ties']}/{k['losses']}")
     return "\n".join(lines)
 
 

@@ -57,7 +57,7 @@ _INSULTS = (
     "Customers like you are the worst kind of trash.",
     "I can't believe how clueless you are.",
     "Shut up and listen for once.",
-    "Your kind shouldn't even be allowed to fly.",
+    "Your kind shouldn't even be allowed to talk to people.",
     "People from where you come from are all liars anyway.",
     "You're too ignorant to understand this, so I'll keep it simple.",
     "Frankly, you disgust me.",

@@ -151,13 +151,15 @@ def robustness_report(conversations: Sequence[Mapping[str, Any]], grader, *, kin
     fooled: dict[str, list[tuple[float, str, dict]]] = {k: [] for k in chosen}
     for kind in chosen:
         per_kind[kind] = {"description": DESCRIPTIONS[kind], "applied": 0, "not_applicable": 0, "wins": 0,
-                          "ties": 0, "losses": 0, "win_rate": None, "mean_drop": None, "examples": []}
+                          "ties": 0, "losses": 0, "win_rate": None, "mean_drop": None, "originals_at_zero": 0,
+                          "best_possible": None, "examples": []}
     drops: dict[str, float] = dict.fromkeys(chosen, 0.0)
     for (kind, n, broken), copy in zip(copies, broken_grades):
         entry, original = per_kind[kind], originals[n]
         entry["applied"] += 1
         a, b = round(original.score, _PLACES), round(copy.score, _PLACES)
         entry["wins" if a > b else "ties" if a == b else "losses"] += 1
+        entry["originals_at_zero"] += a == 0.0
         drops[kind] += original.score - copy.score
         if a <= b and examples:
             cid = str(conversations[n].get("id"))
@@ -167,6 +169,8 @@ def robustness_report(conversations: Sequence[Mapping[str, Any]], grader, *, kin
         if entry["applied"]:
             entry["win_rate"] = (entry["wins"] + 0.5 * entry["ties"]) / entry["applied"]
             entry["mean_drop"] = drops[kind] / entry["applied"]
+            # An original scoring 0 can at best tie its copy: the highest win rate this reward could reach here.
+            entry["best_possible"] = 1.0 - 0.5 * entry["originals_at_zero"] / entry["applied"]
         # Losses before ties, the widest margin first; ids break ties, so the choice is deterministic.
         entry["examples"] = [e for _, _, e in sorted(fooled[kind], key=lambda t: (-t[0], t[1]))[:examples]]
 
