@@ -12,11 +12,12 @@ import sys
 import pytest
 
 from improve_helpers import chat, write_transcripts
+from stateset_agents import Reward, TurnGrade
 from stateset_agents.cli import main
 from stateset_agents.errors import InputError
 from stateset_agents.pipeline import breakages
 from stateset_agents.pipeline.breakages import KINDS, ReplyPool, message_text
-from stateset_agents.pipeline.robustness import break_conversation, parse_kinds
+from stateset_agents.pipeline.robustness import break_conversation, parse_kinds, robustness_report
 
 
 def declare(name, **properties):
@@ -349,3 +350,29 @@ def test_bad_input_is_named(logs, tmp_path, capsys, args, message):
     args = [str(logs) if a == "IN" else str(tmp_path / "missing") if a == "MISSING" else a for a in args]
     assert main(["improve", "audit", *args]) == 2
     assert message in capsys.readouterr().err.replace("\n", "")
+
+
+class ZeroReward(Reward):
+    """Scores a text turn 0 when it says ZERO, else 1; a turn without text is not applicable."""
+
+    name, version = "zero", "1.0.0"
+
+    def grade_turn(self, conversation, turn_index):
+        text = message_text(conversation["messages"][turn_index])
+        if not text:
+            return TurnGrade.not_applicable("no text")
+        return TurnGrade(0.0 if "ZERO" in text else 1.0)
+
+
+def test_originals_at_zero_bound_the_win_rate_and_keep_filters_copies():
+    convs = [chat("z", "hi", "ZERO is all I can say to you today."), chat("f", "hi", "Fine, here is what I found.")]
+    report = robustness_report(convs, ZeroReward(), kinds=["empty_reply", "renamed_call"])
+    empty = report["kinds"]["empty_reply"]
+    # z: 0 -> 0.5 (no applicable turn left), a loss; f: 1 -> 0.5, a win.
+    assert (empty["wins"], empty["losses"], empty["originals_at_zero"]) == (1, 1, 1)
+    assert empty["best_possible"] == 0.75 and empty["win_rate"] == 0.5
+    assert report["kinds"]["renamed_call"]["applied"] == 0 and report["kinds"]["renamed_call"]["win_rate"] is None
+    assert report["weakest"] == "empty_reply"
+    kept = robustness_report(convs, ZeroReward(), kinds=["empty_reply"],
+                             keep=lambda b: b.conversation["id"] == "f")
+    assert kept["kinds"]["empty_reply"]["applied"] == 1 and kept["kinds"]["empty_reply"]["not_applicable"] == 1
