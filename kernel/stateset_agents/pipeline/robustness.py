@@ -25,7 +25,7 @@ from .improve import _check_conversation, transcripts_path
 REPORT_SCHEMA = 1
 NO_APPLICABLE_TURN_SCORE = 0.5
 DEFAULT_EXAMPLES = 3
-BATCH = 32
+ORIGINALS_PER_BATCH = 4  # each with up to one copy per kind: ~40 conversations a batch
 # Scores are compared rounded, so float noise in a mean (the same turns summed in another order) is no win.
 _PLACES = 9
 
@@ -73,40 +73,6 @@ class _Graded:
         return self.rows.get(index)
 
 
-def _grade_all(grader, conversations: Sequence[Mapping[str, Any]],
-               on_progress: Callable[[int, int], None] | None = None, batch_size: int = BATCH) -> list[_Graded]:
-    """Every conversation graded with the reward's batch API (every assistant turn, in its context)."""
-    who = f"reward:{grader.identity()['name']}"
-    sizes: deque[list[int]] = deque()
-
-    def batches() -> Iterator[list[GradeItem]]:
-        for start in range(0, len(conversations), batch_size):
-            chunk = conversations[start:start + batch_size]
-            turns = [assistant_turns(c) for c in chunk]
-            sizes.append([len(t) for t in turns])
-            yield [GradeItem(dict(c), assistant_turns=t) for c, t in zip(chunk, turns)]
-
-    graded: list[_Graded] = []
-    for rows in grader.grade_many(batches()):
-        counts = sizes.popleft()
-        if len(rows) != sum(counts):
-            raise PluginError(who, "grade", f"returned {len(rows)} grades for {sum(counts)} assistant turns")
-        at = 0
-        for n in counts:
-            graded.append(_Graded(rows[at:at + n]))
-            at += n
-        if on_progress:
-            on_progress(len(graded), len(conversations))
-    return graded
-
-
-# ------------------------------------------------------------------------------------------------------ the report
-
-
-def _shown(value: Any) -> Any:
-    return value if value is not None else ""
-
-
 def _example(cid: str, broken: Broken, original: _Graded, copy: _Graded) -> dict[str, Any]:
     turn = broken.turns[0]
     broken_row, original_row = copy.turn(turn["index"]), original.turn(turn["original_index"])
@@ -121,10 +87,54 @@ def _example(cid: str, broken: Broken, original: _Graded, copy: _Graded) -> dict
         "turn_index": turn["index"], "turns_broken": len(broken.turns),
         "original": turn["original"], "broken": turn["broken"],
         "original_turn_score": turn_score(original_row), "broken_turn_score": turn_score(broken_row),
-        "reason": _shown(broken_row and broken_row.get("reason")),
-        "original_reason": _shown(original_row and original_row.get("reason")),
+        "reason": (broken_row or {}).get("reason") or "",
+        "original_reason": (original_row or {}).get("reason") or "",
         **({"details": broken.notes} if broken.notes else {}),
     }
+
+
+class _Kind:
+    """One kind's tally, and the copies that fooled the reward most (a bounded list)."""
+
+    def __init__(self, kind: str, examples: int):
+        self.kind, self.examples = kind, examples
+        self.applied = self.wins = self.ties = self.losses = self.at_zero = 0
+        self.drop = 0.0
+        self.fooled: list[tuple[float, str, dict[str, Any]]] = []
+
+    def add(self, cid: str, broken: Broken, original: _Graded, copy: _Graded) -> None:
+        self.applied += 1
+        a, b = round(original.score, _PLACES), round(copy.score, _PLACES)
+        if a > b:
+            self.wins += 1
+        elif a == b:
+            self.ties += 1
+        else:
+            self.losses += 1
+        self.at_zero += a == 0.0
+        self.drop += original.score - copy.score
+        if a <= b and self.examples:
+            self.fooled.append((a - b, cid, _example(cid, broken, original, copy)))
+            if len(self.fooled) > 4 * self.examples:
+                self._prune()
+
+    def _prune(self) -> None:
+        # Losses before ties, the widest margin first; ids break ties, so the choice is deterministic.
+        self.fooled = sorted(self.fooled, key=lambda t: (t[0], t[1]))[:self.examples]
+
+    def report(self, conversations: int) -> dict[str, Any]:
+        self._prune()
+        n = self.applied
+        return {
+            "description": DESCRIPTIONS[self.kind], "applied": n, "not_applicable": conversations - n,
+            "wins": self.wins, "ties": self.ties, "losses": self.losses,
+            "win_rate": (self.wins + 0.5 * self.ties) / n if n else None,
+            "mean_drop": self.drop / n if n else None,
+            # An original scoring 0 can at best tie its copy: the highest win rate this reward could reach here.
+            "originals_at_zero": self.at_zero,
+            "best_possible": 1.0 - 0.5 * self.at_zero / n if n else None,
+            "examples": [e for _, _, e in self.fooled],
+        }
 
 
 def robustness_report(conversations: Sequence[Mapping[str, Any]], grader, *, kinds: str | Iterable[str] | None = None,
@@ -133,47 +143,52 @@ def robustness_report(conversations: Sequence[Mapping[str, Any]], grader, *, kin
                       on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Break `conversations` (checked, in ingest's format) with each kind, grade originals and copies with
     `grader` (a Reward, in any runtime), and tally. `keep` may leave some copies out (e.g. only those that touch
-    a decision); a conversation whose copy is left out counts as one the kind does not apply to."""
+    a decision); a conversation whose copy is left out counts as one the kind does not apply to.
+
+    Streams: a few originals and their copies make one batch, so memory holds a few batches (and the pool of
+    replies that foreign_reply draws from), and an out-of-process reward grades while the next batch is built."""
     chosen = parse_kinds(kinds)
     if examples < 0:
         raise InputError("examples must be 0 or more", field="examples")
     pool = ReplyPool(conversations) if "foreign_reply" in chosen else None
-    copies: list[tuple[str, int, Broken]] = []
-    for n, conv in enumerate(conversations):
-        for kind in chosen:
-            broken = GENERATORS[kind](conv, seed=seed, pool=pool)
-            if broken is not None and (keep is None or keep(broken)):
-                copies.append((kind, n, broken))
-    graded = _grade_all(grader, list(conversations) + [b.conversation for _, _, b in copies], on_progress)
-    originals, broken_grades = graded[:len(conversations)], graded[len(conversations):]
+    tallies = {kind: _Kind(kind, examples) for kind in chosen}
+    who = f"reward:{grader.identity()['name']}"
+    pending: deque[list[tuple[str | None, int, Broken | None, int]]] = deque()
 
-    per_kind: dict[str, dict[str, Any]] = {}
-    fooled: dict[str, list[tuple[float, str, dict]]] = {k: [] for k in chosen}
-    for kind in chosen:
-        per_kind[kind] = {"description": DESCRIPTIONS[kind], "applied": 0, "not_applicable": 0, "wins": 0,
-                          "ties": 0, "losses": 0, "win_rate": None, "mean_drop": None, "originals_at_zero": 0,
-                          "best_possible": None, "examples": []}
-    drops: dict[str, float] = dict.fromkeys(chosen, 0.0)
-    for (kind, n, broken), copy in zip(copies, broken_grades):
-        entry, original = per_kind[kind], originals[n]
-        entry["applied"] += 1
-        a, b = round(original.score, _PLACES), round(copy.score, _PLACES)
-        entry["wins" if a > b else "ties" if a == b else "losses"] += 1
-        entry["originals_at_zero"] += a == 0.0
-        drops[kind] += original.score - copy.score
-        if a <= b and examples:
-            cid = str(conversations[n].get("id"))
-            fooled[kind].append((b - a, cid, _example(cid, broken, original, copy)))
-    for kind, entry in per_kind.items():
-        entry["not_applicable"] = len(conversations) - entry["applied"]
-        if entry["applied"]:
-            entry["win_rate"] = (entry["wins"] + 0.5 * entry["ties"]) / entry["applied"]
-            entry["mean_drop"] = drops[kind] / entry["applied"]
-            # An original scoring 0 can at best tie its copy: the highest win rate this reward could reach here.
-            entry["best_possible"] = 1.0 - 0.5 * entry["originals_at_zero"] / entry["applied"]
-        # Losses before ties, the widest margin first; ids break ties, so the choice is deterministic.
-        entry["examples"] = [e for _, _, e in sorted(fooled[kind], key=lambda t: (-t[0], t[1]))[:examples]]
+    def batches() -> Iterator[list[GradeItem]]:
+        for start in range(0, len(conversations), ORIGINALS_PER_BATCH):
+            entries, items = [], []
+            for n in range(start, min(start + ORIGINALS_PER_BATCH, len(conversations))):
+                found = [(None, conversations[n], None)]
+                for kind in chosen:
+                    broken = GENERATORS[kind](conversations[n], seed=seed, pool=pool)
+                    if broken is not None and (keep is None or keep(broken)):
+                        found.append((kind, broken.conversation, broken))
+                for kind, conv, broken in found:
+                    turns = assistant_turns(conv)
+                    entries.append((kind, n, broken, len(turns)))
+                    items.append(GradeItem(dict(conv), assistant_turns=turns))
+            pending.append(entries)
+            yield items
 
+    done = 0
+    for rows in grader.grade_many(batches()):
+        entries = pending.popleft()
+        expected = sum(e[3] for e in entries)
+        if len(rows) != expected:
+            raise PluginError(who, "grade", f"returned {len(rows)} grades for {expected} assistant turns")
+        at, original = 0, None
+        for kind, n, broken, count in entries:
+            graded = _Graded(rows[at:at + count])
+            at += count
+            if kind is None:
+                original, done = graded, done + 1
+            else:
+                tallies[kind].add(str(conversations[n].get("id")), broken, original, graded)
+        if on_progress:
+            on_progress(done, len(conversations))
+
+    per_kind = {kind: t.report(len(conversations)) for kind, t in tallies.items()}
     rated = [(e["win_rate"], k) for k, e in per_kind.items() if e["win_rate"] is not None]
     identity = grader.identity()
     return {
