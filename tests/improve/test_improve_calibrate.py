@@ -3,6 +3,7 @@ signal (and whose reward score carries none)."""
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import orjson
@@ -217,3 +218,42 @@ def test_group_key_and_checks_to_weight(case, capsys):
     err = fails(capsys, ["--graded", str(case["graded"]), "--labels", str(case["labels"]), "--output",
                          str(case["dir"] / "r.yaml")])
     assert "holds no numeric check" in err and "(field 'breakdown')" in err
+
+
+def test_the_kernel_applies_the_fitted_weights_as_calibrate_scored_them(tmp_path, capsys):
+    """improve run -> improve calibrate -> improve run --reward-config: the second run's scores are the calibration
+    applied turn by turn, and its conversation means are what calibrate's fitting scores them."""
+    from improve_helpers import chat, write_transcripts
+    from stateset_agents.pipeline.calibrate import conversation_score
+
+    rng = random.Random(4)
+    conversations, labels = [], []
+    for n in range(60):
+        polite = n % 2 == 0  # the label follows politeness; the toy reward's keyword score ignores it
+        words = [rng.choice(("GOOD", "OKAY", "BAD")) + (" please" if polite or rng.random() < 0.2 else "")
+                 for _ in range(2)]
+        conversations.append(chat(f"c{n:02d}", "hi", words[0], "and?", words[1], metadata={"task_id": n // 3}))
+        labels.append({"id": f"c{n:02d}", "label": polite})
+    write_transcripts(tmp_path / "ingest", conversations)
+    write_lines(tmp_path / "labels.jsonl", labels)
+    capsys.readouterr()
+    assert main(["improve", "run", "--transcripts", str(tmp_path / "ingest"), "--reward", "improve_toy",
+                 "--output", str(tmp_path / "first"), "--held-out", "0"]) == 0
+    assert main(["improve", "calibrate", "--graded", str(tmp_path / "first" / "graded.jsonl"), "--labels",
+                 str(tmp_path / "labels.jsonl"), "--transcripts", str(tmp_path / "ingest"), "--output",
+                 str(tmp_path / "reward.yaml"), "--draws", "0"]) == 0
+    assert main(["improve", "run", "--transcripts", str(tmp_path / "ingest"), "--reward-config",
+                 str(tmp_path / "reward.yaml"), "--output", str(tmp_path / "second"), "--held-out", "0"]) == 0
+    _, config = load_reward_file(tmp_path / "reward.yaml")
+    calibration = config[CALIBRATION_KEY]
+    assert calibration["weights"]["polite"] > 0
+    rows = [json.loads(x) for x in (tmp_path / "second" / "graded.jsonl").read_text().splitlines()]
+    turns: dict[str, list] = {}
+    for row in rows:
+        assert row["reward"]["config_sha256"] == digest(config)
+        if row["applicable"]:
+            assert row["score"] == calibrated_score(calibration, row["breakdown"])
+            turns.setdefault(row["conversation_id"], []).append(row)
+    for cid, graded in turns.items():
+        mean = math.fsum(r["score"] for r in graded) / len(graded)
+        assert mean == pytest.approx(conversation_score(calibration, [r["breakdown"] for r in graded]), abs=1e-15)

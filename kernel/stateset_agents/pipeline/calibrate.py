@@ -375,6 +375,38 @@ def _transcript_facts(transcripts: str | os.PathLike, group_key: str | None):
     return facts, shown
 
 
+def _graded_config(identity: Mapping[str, Any], reward_config, policy, shown: str):
+    """(reward name, its own config, the calibration it carried or None): the config the rows were graded with,
+    for which the calibration is written. It must be the one given (--reward-config / --policy, else none)."""
+    policy_config = {"policy": load_policy(policy)} if policy is not None else None
+    name, config = resolve_reward(None, policy_config, reward_config)
+    name = name or identity["name"]
+    if name.removeprefix("reward:") != identity["name"]:
+        raise InputError(f"the reward config is for {name} but the rows were graded by {identity['name']}",
+                         path=str(reward_config), field="reward")
+    own, previous = split_config(config)
+    accepted = {digest(own)} | ({digest({**own, CALIBRATION_KEY: previous})} if previous else set())
+    if identity["config_sha256"] not in accepted:
+        given = "--reward-config/--policy" if reward_config or policy else "no config (the reward's defaults)"
+        raise InputError(f"the rows were graded with config sha256 {identity['config_sha256'][:12]}, but {given} "
+                         f"gives {digest(own)[:12]}: pass the config they were graded with", path=shown,
+                         field="reward.config_sha256")
+    return name, own, previous
+
+
+def _groups(ids: Sequence[str], facts, group_key: str | None, facts_shown: str | None) -> list[str]:
+    """Each conversation's fold group: its metadata[group_key], else its task_id, else itself."""
+    groups = []
+    for c in ids:
+        value = facts.get(c, (0, None, 0))[1]
+        if group_key is not None and value is None:
+            where = {"path": facts_shown, "line": facts[c][2]} if c in facts else {"path": facts_shown}
+            raise InputError(f"conversation {c!r} has no metadata.{group_key} to group by", **where,
+                             field=f"metadata.{group_key}")
+        groups.append(f"{group_key or DEFAULT_GROUP_KEY}={value}" if value is not None else f"conversation={c}")
+    return groups
+
+
 def _dump(document: Mapping[str, Any], output: Path) -> str:
     if output.suffix.lower() == ".json":
         import json
@@ -401,21 +433,7 @@ def run_calibrate(graded: str | os.PathLike, output: str | os.PathLike, *, label
     turns = read_graded_turns(graded)
     identity = turns.identity
     shown = str(graded)
-
-    # The config the rows were graded with is the one the calibration is written for: it must be the one given.
-    policy_config = {"policy": load_policy(policy)} if policy is not None else None
-    name, config = resolve_reward(None, policy_config, reward_config)
-    name = name or identity["name"]
-    if name.removeprefix("reward:") != identity["name"]:
-        raise InputError(f"the reward config is for {name} but the rows were graded by {identity['name']}",
-                         path=str(reward_config), field="reward")
-    own, previous = split_config(config)
-    accepted = {digest(own)} | ({digest({**own, CALIBRATION_KEY: previous})} if previous else set())
-    if identity["config_sha256"] not in accepted:
-        given = "--reward-config/--policy" if reward_config or policy else "no config (the reward's defaults)"
-        raise InputError(f"the rows were graded with config sha256 {identity['config_sha256'][:12]}, but {given} "
-                         f"gives {digest(own)[:12]}: pass the config they were graded with", path=shown,
-                         field="reward.config_sha256")
+    name, own, previous = _graded_config(identity, reward_config, policy, shown)
 
     if labels is not None:
         label_of = read_label_file(labels)
@@ -433,14 +451,7 @@ def run_calibrate(graded: str | os.PathLike, output: str | os.PathLike, *, label
         raise InputError(f"calibration needs at least {MIN_PER_CLASS} labelled conversations of each class (with an "
                          f"applicable turn); these have {positives} positive and {len(y) - positives} negative",
                          path=str(labels or transcripts), field="label")
-    groups = []
-    for c in ids:
-        value = facts.get(c, (0, None, 0))[1]
-        if group_key is not None and value is None:
-            where = {"path": facts_shown, "line": facts[c][2]} if c in facts else {"path": facts_shown}
-            raise InputError(f"conversation {c!r} has no metadata.{group_key} to group by", **where,
-                             field=f"metadata.{group_key}")
-        groups.append(f"{group_key or DEFAULT_GROUP_KEY}={value}" if value is not None else f"conversation={c}")
+    groups = _groups(ids, facts, group_key, facts_shown)
     grouping = (f"metadata.{group_key}" if group_key else
                 f"metadata.{DEFAULT_GROUP_KEY} where present, else the conversation")
     if len(set(groups)) < folds:
@@ -452,18 +463,18 @@ def run_calibrate(graded: str | os.PathLike, output: str | os.PathLike, *, label
     if not features:
         raise InputError(f"reward {identity['name']}'s breakdown holds no numeric check (a number or a bool at "
                          "its top level) to weight", path=shown, field="breakdown")
-    cv = cross_validate(conversations, y, groups, features, folds=folds, seed=seed)
+    try:
+        cv = cross_validate(conversations, y, groups, features, folds=folds, seed=seed)
+        C, rule, how = choose_settings(conversations, y, groups, features, folds=folds, seed=seed)
+        final = fit_calibration(conversations, y, features, C, rule)
+    except ValueError as exc:  # a training fold with one class, or every check constant in one
+        raise InputError(f"cannot fit: {exc}", path=shown, field="breakdown") from None
     default_scores = [math.fsum(turns.scores[c]) / len(turns.scores[c]) for c in ids]
     length_measure = "messages" if facts else "messages through the last graded turn"
     lengths = [float(facts[c][0]) if c in facts else float(turns.last_turn[c] + 1) for c in ids]
     measured = {label: auc_summary(scores, y, groups, cv["folds"], draws=draws, seed=seed)
                 for label, scores in (("calibrated", cv["scores"]), ("uncalibrated", default_scores),
                                       ("length", lengths))}
-    C, rule, how = choose_settings(conversations, y, groups, features, folds=folds, seed=seed)
-    try:
-        final = fit_calibration(conversations, y, features, C, rule)
-    except ValueError as exc:
-        raise InputError(f"cannot fit: {exc}", path=shown, field="breakdown") from None
 
     fitted = {
         "stateset_agents": __version__,
@@ -480,6 +491,7 @@ def run_calibrate(graded: str | os.PathLike, output: str | os.PathLike, *, label
             "level": 0.95, "draws": draws, "interval_method": "percentile bootstrap resampling groups",
             "per_fold": [None if v is None else _round(v) for v in measured["calibrated"]["per_fold"]],
             "uncalibrated_auc": _round(measured["uncalibrated"]["auc"]),
+            "uncalibrated_interval": [_round(v) for v in measured["uncalibrated"]["interval"] or ()] or None,
             "length_auc": _round(measured["length"]["auc"]), "length_measure": length_measure,
         },
         "counts": {"conversations": len(ids), "positives": positives, "negatives": len(ids) - positives,
