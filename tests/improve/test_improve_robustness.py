@@ -317,8 +317,8 @@ def test_table_output(logs, capsys):
     capsys.readouterr()
     assert main(["improve", "audit", "--robustness", "--transcripts", str(logs), "--reward", "improve_toy"]) == 0
     text = capsys.readouterr().out
-    for fragment in ("robustness of reward:improve_toy 1.2.0", "win rate", "empty_reply", "foreign_reply",
-                     "copies that fooled the reward", "weakest:"):
+    for fragment in ("robustness of reward:improve_toy 1.2.0", "win rate", "ceiling", "empty_reply",
+                     "foreign_reply", "copies that fooled the reward", "weakest:"):
         assert fragment in text
 
 

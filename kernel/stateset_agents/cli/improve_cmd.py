@@ -203,8 +203,8 @@ def _robustness_audit(transcripts: Path, reward: Optional[str], policy: Optional
 
     parse_kinds(kinds)  # a bad name fails before the reward is built
     reward, config = reward_and_config(reward, policy, reward_file)
-    with Progress(TextColumn("[bold]grading[/] originals and broken copies"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+    with Progress(TextColumn("[bold]grading[/] conversations and their broken copies"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True) as progress:
         task = progress.add_task("", total=None)
         report = run_robustness(transcripts, reward, config, kinds=kinds, seed=seed, examples=examples,
                                 runtime=runtime, output=output,
@@ -218,17 +218,18 @@ def _robustness_audit(transcripts: Path, reward: Optional[str], policy: Optional
     table = Table(title=f"robustness of {r['component']} {r['version']} on {report['conversations']:,} conversations "
                         f"(seed {report['seed']})", title_justify="left")
     table.add_column("breakage", no_wrap=True)
-    for name in ("applied", "win rate", "wins", "ties", "losses", "mean drop"):
+    for name in ("applied", "win rate", "ceiling", "wins", "ties", "losses", "mean drop"):
         table.add_column(name, justify="right")
     for kind, k in report["kinds"].items():
         rate = k["win_rate"]
         style = "" if rate is None else "green" if rate >= 0.9 else "yellow" if rate >= 0.7 else "red"
         shown = f"[{style}]{_fmt(rate)}[/]" if style else _fmt(rate)
-        table.add_row(kind, f"{k['applied']:,}", shown, f"{k['wins']:,}", f"{k['ties']:,}", f"{k['losses']:,}",
-                      _fmt(k["mean_drop"]))
+        table.add_row(kind, f"{k['applied']:,}", shown, _fmt(k["best_possible"]), f"{k['wins']:,}",
+                      f"{k['ties']:,}", f"{k['losses']:,}", _fmt(k["mean_drop"]))
     console.print(table)
     console.print("win rate: the share of conversations where the original scores strictly higher than its broken "
-                  "copy (ties count half); a conversation scores the mean of its applicable turns.")
+                  "copy (ties count half); a conversation scores the mean of its applicable turns. ceiling: the "
+                  "best win rate possible here (an original scoring 0 can at best tie).")
 
     def clip(value, width: int = 160) -> str:
         text = value if isinstance(value, str) else f"{value.get('name')}({value.get('arguments')})"
