@@ -121,7 +121,8 @@ def measure(reward: str, config: dict, records: list[dict], labels: dict[str, bo
     C, rule, _ = cal.choose_settings([conversations[i] for i in fit_rows], [y[i] for i in fit_rows],
                                      [groups[i] for i in fit_rows], features, folds=folds, seed=seed)
     whole = cal.fit_calibration([conversations[i] for i in fit_rows], [y[i] for i in fit_rows], features, C, rule)
-    in_sample = [cal.conversation_score(whole, t) if t else cal.NO_APPLICABLE_TURN_SCORE for t in conversations]
+    prior = sum(y) / len(y)  # as out of fold: no applicable turn, no evidence, the positive rate
+    in_sample = [cal.conversation_score(whole, t) if t else prior for t in conversations]
     result["calibrated"]["in_sample_auc"] = roc_auc(in_sample, y)
     return result
 

@@ -21,10 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 MARGIN = 0.02
 #: Pooled out-of-fold ROC AUC measured at the last benchmark run: (a) shipped rules, (b) calibrated per fold.
 MEASURED = {
-    "tool_calling, with expected calls": (0.921, 0.948),
+    "tool_calling, with expected calls": (0.931, 0.939),
     "tool_calling, without expected calls": (0.664, None),
-    "nsr, airline policy": (0.748, None),
-    "customer_support": (0.663, 0.632),
+    "nsr, airline policy": (0.747, None),
+    "customer_support": (0.704, None),
 }
 LENGTH_BASELINE = 0.391
 
@@ -147,9 +147,7 @@ def test_benchmark_reads_the_data_as_the_test_helpers_do(benchmark):
         assert labels == {k: v > 0.5 for k, v in tau_labels().items()}
 
 
-@pytest.mark.parametrize("setting", [s[0] for s in (
-    ("tool_calling, with expected calls",), ("tool_calling, without expected calls",), ("nsr, airline policy",),
-    ("customer_support",))])
+@pytest.mark.parametrize("setting", list(MEASURED))
 def test_out_of_fold_auc_holds(benchmark, policy, setting):
     from helpers.realdata import SHARED
 
@@ -157,7 +155,7 @@ def test_out_of_fold_auc_holds(benchmark, policy, setting):
     shipped, calibrated = MEASURED[setting]
     records, labels = benchmark.tau_records(SHARED, with_expected_calls=expected)
     config = {"policy": policy} if with_policy else {}
-    if calibrated is None:  # grade and measure (a) and (c) only: the fold loop of (b) is the benchmark's
+    if calibrated is None:  # (a) and (c) only: (b)'s nested fold loop takes 5-10 s here, run by the benchmark
         identity, _, scores = benchmark.grade(reward, config, records)
         ids = [r["id"] for r in records]
         groups = [r["metadata"]["task_id"] for r in records]

@@ -28,7 +28,7 @@ from .._version import __version__
 from ..calibration import CALIBRATION_KEY, REWARD_FILE_SCHEMA, calibrated_score, resolve_reward, split_config
 from ..errors import InputError
 from ..jsonio import digest, read_jsonl, sha256_file, write_text
-from ..stats import group_bootstrap_auc_interval, grouped_stratified_folds, out_of_fold_auc
+from ..stats import group_bootstrap_auc_interval, grouped_stratified_folds, out_of_fold_auc, roc_auc
 from .audit import BINARISE_AT, _check_grade_row, read_label_file, read_label_key
 from .improve import load_policy, transcripts_path
 
@@ -297,8 +297,9 @@ def _log_loss(score: float, y: bool) -> float:
 def choose_settings(conversations, labels, groups, features, *, folds: int, seed: int
                     ) -> tuple[float, str, str]:
     """(C, fill rule, how they were chosen): the pair from C_GRID x FILL_RULES whose out-of-fold conversation scores
-    in an inner grouped cross-validation have the lowest log loss (ties: the stronger penalty, then "passed"), or
-    the fallbacks with the reason when these data cannot be split that way."""
+    in an inner grouped cross-validation rank conversations best (pooled ROC AUC: the figure calibration is judged
+    by; ties: lower log loss, then the stronger penalty, then "passed"), or the fallbacks with the reason when
+    these data cannot be split that way. `conversations` all hold an applicable turn."""
     encoded = encode(conversations, features)
     k = min(folds, len(set(groups)))
     if k < 2:
@@ -306,42 +307,46 @@ def choose_settings(conversations, labels, groups, features, *, folds: int, seed
     assignment = grouped_stratified_folds(groups, labels, k, seed=seed)
     splits = [([i for i, g in enumerate(assignment) if g != f], [i for i, g in enumerate(assignment) if g == f])
               for f in range(k)]
-    losses = {}
+    rank = {}
     try:
         for rule in FILL_RULES:
             warm: list = [None] * k  # each split's last solution starts the next C (C ascends: small steps)
             for C in C_GRID:
-                loss = 0.0
+                scores = [0.0] * len(conversations)
                 for f, (train, test) in enumerate(splits):
                     cal = _fit([encoded[i] for i in train], [labels[i] for i in train], features, C, rule, warm[f])
                     warm[f] = cal["theta"]
-                    loss += math.fsum(_log_loss(_encoded_score(cal, encoded[i], features), labels[i])
-                                      for i in test)
-                losses[C, rule] = round(loss / len(conversations), 12)
+                    for i in test:
+                        scores[i] = _encoded_score(cal, encoded[i], features)
+                loss = math.fsum(_log_loss(p, y) for p, y in zip(scores, labels)) / len(scores)
+                rank[C, rule] = (-round(roc_auc(scores, labels), 12), round(loss, 12), C, FILL_RULES.index(rule))
     except ValueError as exc:  # a training split with one class, or with every check constant
         return FALLBACK_C, FILL_RULES[0], f"fixed: the inner cross-validation could not fit ({exc})"
-    C, rule = min(losses, key=lambda key: (losses[key], key[0], FILL_RULES.index(key[1])))
-    return C, rule, (f"inner {k}-fold grouped cross-validation: lowest log loss over C in {list(C_GRID)} x fill "
-                     f"in {list(FILL_RULES)}")
+    C, rule = min(rank, key=rank.__getitem__)
+    return C, rule, (f"inner {k}-fold grouped cross-validation: highest pooled out-of-fold AUC (then lowest log "
+                     f"loss) over C in {list(C_GRID)} x fill in {list(FILL_RULES)}")
 
 
 def cross_validate(conversations, labels, groups, features, *, folds: int, seed: int) -> dict[str, Any]:
     """Out-of-fold calibrated conversation scores: fold f is scored by a calibration fitted (C and fill chosen
-    too) on the other folds only. `conversations`: each one's applicable turns' breakdowns."""
+    too) on the other folds only. `conversations`: each one's applicable turns' breakdowns (a conversation
+    without one is fitted on by nothing and scores the training folds' positive rate)."""
     assignment = grouped_stratified_folds(groups, labels, folds, seed=seed)
-    scores = [NO_APPLICABLE_TURN_SCORE] * len(conversations)
+    scores = [0.0] * len(conversations)
     per_fold = []
     for f in range(folds):
-        # A conversation without an applicable turn teaches nothing and keeps the neutral score.
         train = [i for i, g in enumerate(assignment) if g != f and conversations[i]]
-        test = [i for i, g in enumerate(assignment) if g == f and conversations[i]]
+        test = [i for i, g in enumerate(assignment) if g == f]
         sub = ([conversations[i] for i in train], [labels[i] for i in train], [groups[i] for i in train])
         C, rule, _ = choose_settings(*sub, features, folds=folds - 1, seed=seed)
         cal = fit_calibration(sub[0], sub[1], features, C, rule)
+        # A calibrated score is a probability of the label: with no applicable turn (no evidence) a conversation
+        # scores the prior, the training folds' positive rate (0.5 would rank it above most on this scale).
+        prior = sum(bool(labels[i]) for i, g in enumerate(assignment) if g != f) / sum(g != f for g in assignment)
         for i in test:
-            scores[i] = conversation_score(cal, conversations[i])
+            scores[i] = conversation_score(cal, conversations[i]) if conversations[i] else prior
         per_fold.append({"fold": f, "C": C, "fill_rule": rule, "train": len(train), "test": len(test),
-                         "weights": cal["weights"], "intercept": cal["intercept"]})
+                         "no_evidence_score": prior, "weights": cal["weights"], "intercept": cal["intercept"]})
     return {"folds": assignment, "scores": scores, "fits": per_fold}
 
 
