@@ -371,6 +371,8 @@ def test_originals_at_zero_bound_the_win_rate_and_keep_filters_copies():
     # z: 0 -> 0.5 (no applicable turn left), a loss; f: 1 -> 0.5, a win.
     assert (empty["wins"], empty["losses"], empty["originals_at_zero"]) == (1, 1, 1)
     assert empty["best_possible"] == 0.75 and empty["win_rate"] == 0.5
+    low, high = empty["interval"]  # 95% Wilson, one success in two
+    assert low == pytest.approx(0.0945, abs=1e-4) and high == pytest.approx(0.9055, abs=1e-4)
     assert report["kinds"]["renamed_call"]["applied"] == 0 and report["kinds"]["renamed_call"]["win_rate"] is None
     assert report["weakest"] == "empty_reply"
     kept = robustness_report(convs, ZeroReward(), kinds=["empty_reply"],

@@ -218,18 +218,20 @@ def _robustness_audit(transcripts: Path, reward: Optional[str], policy: Optional
     table = Table(title=f"robustness of {r['component']} {r['version']} on {report['conversations']:,} conversations "
                         f"(seed {report['seed']})", title_justify="left")
     table.add_column("breakage", no_wrap=True)
-    for name in ("applied", "win rate", "ceiling", "wins", "ties", "losses", "mean drop"):
+    for name in ("applied", "win rate", "95% CI", "ceiling", "w/t/l"):
         table.add_column(name, justify="right")
     for kind, k in report["kinds"].items():
         rate = k["win_rate"]
         style = "" if rate is None else "green" if rate >= 0.9 else "yellow" if rate >= 0.7 else "red"
         shown = f"[{style}]{_fmt(rate)}[/]" if style else _fmt(rate)
-        table.add_row(kind, f"{k['applied']:,}", shown, _fmt(k["best_possible"]), f"{k['wins']:,}",
-                      f"{k['ties']:,}", f"{k['losses']:,}", _fmt(k["mean_drop"]))
+        interval = f"{k['interval'][0]:.2f}-{k['interval'][1]:.2f}" if k["interval"] else "n/a"
+        table.add_row(kind, f"{k['applied']:,}", shown, interval, _fmt(k["best_possible"], 2),
+                      f"{k['wins']:,}/{k['ties']:,}/{k['losses']:,}")
     console.print(table)
     console.print("win rate: the share of conversations where the original scores strictly higher than its broken "
-                  "copy (ties count half); a conversation scores the mean of its applicable turns. ceiling: the "
-                  "best win rate possible here (an original scoring 0 can at best tie).")
+                  "copy (ties count half; w/t/l: wins, ties, losses), with its 95% interval; a conversation scores "
+                  "the mean of its applicable turns. ceiling: the best win rate possible here (an original scoring "
+                  "0 can at best tie).")
 
     def clip(value, width: int = 160) -> str:
         text = value if isinstance(value, str) else f"{value.get('name')}({value.get('arguments')})"

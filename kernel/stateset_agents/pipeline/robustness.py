@@ -10,6 +10,7 @@ fooled the reward (scored as high as the original or higher). Deterministic for 
 """
 from __future__ import annotations
 
+import math
 import os
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -93,6 +94,15 @@ def _example(cid: str, broken: Broken, original: _Graded, copy: _Graded) -> dict
     }
 
 
+def _wilson(successes: float, n: int, z: float = 1.96) -> list[float]:
+    """95% Wilson score interval of a win rate. A tie counts as half a success, as in the rate; a tie varies less
+    than a coin flip, so the interval is, if anything, too wide."""
+    p = successes / n
+    centre, spread = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    scale = 1 + z * z / n
+    return [max(0.0, (centre - spread) / scale), min(1.0, (centre + spread) / scale)]
+
+
 class _Kind:
     """One kind's tally, and the copies that fooled the reward most (a bounded list)."""
 
@@ -129,6 +139,7 @@ class _Kind:
             "description": DESCRIPTIONS[self.kind], "applied": n, "not_applicable": conversations - n,
             "wins": self.wins, "ties": self.ties, "losses": self.losses,
             "win_rate": (self.wins + 0.5 * self.ties) / n if n else None,
+            "interval": _wilson(self.wins + 0.5 * self.ties, n) if n else None,
             "mean_drop": self.drop / n if n else None,
             # An original scoring 0 can at best tie its copy: the highest win rate this reward could reach here.
             "originals_at_zero": self.at_zero,
