@@ -310,6 +310,10 @@ def test_the_report_is_deterministic_and_written_atomically(logs, capsys, tmp_pa
     assert json.loads(out.read_text()) == first
     assert robustness(capsys, logs, "--seed", "7", "--examples", "1") == first
     assert all(len(k["examples"]) <= 1 for k in first["kinds"].values())
+    assert first["limit"] is None and first["transcripts"]["sha256"] and first["seed"] == 7
+    only_a = robustness(capsys, logs, "--limit", "1")
+    assert only_a["conversations"] == 1 and only_a["limit"] == 1
+    assert only_a["kinds"]["foreign_reply"]["applied"] == 0  # no other conversation to take a reply from
     assert [p.name for p in out.parent.iterdir()] == ["robustness.json"]  # no temp file left behind
 
 
@@ -344,6 +348,7 @@ def test_the_subprocess_runtime_gives_the_same_report(logs, capsys):
     (["--robustness", "--transcripts", "IN", "--reward", "improve_toy", "--examples", "-1"],
      "examples must be 0 or more"),
     (["--robustness", "--transcripts", "MISSING", "--reward", "improve_toy"], "file not found"),
+    (["--robustness", "--transcripts", "IN", "--reward", "improve_toy", "--limit", "0"], "limit must be at least 1"),
     (["--labels", "labels.jsonl"], "give --graded FILE (graded.jsonl from `improve run`), or --robustness"),
 ])
 def test_bad_input_is_named(logs, tmp_path, capsys, args, message):

@@ -128,6 +128,7 @@ def audit_cmd(
     seed: int = typer.Option(0, "--seed", help="With --robustness: seed of the breakages."),
     examples: int = typer.Option(3, "--examples", help="With --robustness: fooling cases to show per kind."),
     output: Optional[Path] = typer.Option(None, "--output", help="With --robustness: also write the report here."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="With --robustness: the first N conversations only."),
 ):
     """How well does the reward track a label? ROC AUC, Spearman, confusion table, a length baseline.
     With --robustness: does it score broken replies below real ones? Win rate per kind of breakage."""
@@ -141,7 +142,8 @@ def audit_cmd(
         if transcripts is None:
             raise InputError("--robustness needs --transcripts DIR (a folder written by `ingest`)",
                              field="transcripts")
-        _robustness_audit(transcripts, reward, policy, reward_file, runtime, kinds, seed, examples, output, as_json)
+        _robustness_audit(transcripts, reward, policy, reward_file, runtime, kinds, seed, examples, output, limit,
+                          as_json)
         return
     if graded is None:
         raise InputError("give --graded FILE (graded.jsonl from `improve run`), or --robustness", field="graded")
@@ -193,7 +195,7 @@ def audit_cmd(
 
 def _robustness_audit(transcripts: Path, reward: Optional[str], policy: Optional[Path], reward_file: Optional[Path],
                       runtime: str, kinds: Optional[str], seed: int, examples: int, output: Optional[Path],
-                      as_json: bool) -> None:
+                      limit: Optional[int], as_json: bool) -> None:
     """`improve audit --robustness`: run the breakages (`pipeline.robustness`) and render the report."""
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -207,7 +209,7 @@ def _robustness_audit(transcripts: Path, reward: Optional[str], policy: Optional
                   MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True) as progress:
         task = progress.add_task("", total=None)
         report = run_robustness(transcripts, reward, config, kinds=kinds, seed=seed, examples=examples,
-                                runtime=runtime, output=output,
+                                runtime=runtime, output=output, limit=limit,
                                 on_progress=lambda done, total: progress.update(task, completed=done, total=total))
     if as_json:
         import orjson

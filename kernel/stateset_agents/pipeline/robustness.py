@@ -215,12 +215,17 @@ def robustness_report(conversations: Sequence[Mapping[str, Any]], grader, *, kin
     }
 
 
-def read_conversations(transcripts: str | os.PathLike) -> tuple[list[dict[str, Any]], str]:
+def read_conversations(transcripts: str | os.PathLike, limit: int | None = None) -> tuple[list[dict[str, Any]], str]:
+    """The checked conversations of transcripts.jsonl (the first `limit` of them, when given), and its path."""
     src = transcripts_path(transcripts)
     shown = str(src)
     if not src.is_file():
         raise InputError("file not found (run `stateset-agents ingest` to make it)", path=shown)
-    conversations = [_check_conversation(obj, shown, line)[0] for line, obj in read_jsonl(src, display=shown)]
+    conversations = []
+    for line, obj in read_jsonl(src, display=shown):
+        if limit is not None and len(conversations) >= limit:
+            break
+        conversations.append(_check_conversation(obj, shown, line)[0])
     if not conversations:
         raise InputError("no conversations in this file", path=shown)
     return conversations, shown
@@ -228,23 +233,26 @@ def read_conversations(transcripts: str | os.PathLike) -> tuple[list[dict[str, A
 
 def run_robustness(transcripts: str | os.PathLike, reward: str, config: Mapping[str, Any] | None = None, *,
                    kinds: str | Iterable[str] | None = None, seed: int = 0, examples: int = DEFAULT_EXAMPLES,
-                   runtime: str = "inprocess", output: str | os.PathLike | None = None,
+                   runtime: str = "inprocess", output: str | os.PathLike | None = None, limit: int | None = None,
                    on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """The robustness report for an ingest folder's transcripts.jsonl and reward `reward` (NAME or reward:NAME)
     built with `config` (a policy travels as config.policy). With `output`, the report is also written there
-    (atomically). `on_progress(graded, total)` hears of each graded batch of conversations."""
+    (atomically). `limit`: audit the first so many conversations only (the whole file is held in memory, for the
+    pool of foreign replies). `on_progress(graded, total)` hears of each graded batch of conversations."""
     from ..runtimes import load_component
 
     chosen = parse_kinds(kinds)  # checked before anything is read or started
     if examples < 0:
         raise InputError("examples must be 0 or more", field="examples")
-    conversations, shown = read_conversations(transcripts)
+    if limit is not None and limit < 1:
+        raise InputError("limit must be at least 1", field="limit")
+    conversations, shown = read_conversations(transcripts, limit)
     with load_component(reward, kind="reward", config=dict(config or {}), runtime=runtime) as grader:
         report = robustness_report(conversations, grader, kinds=chosen, seed=seed, examples=examples,
                                    on_progress=on_progress)
     head = {k: report.pop(k) for k in ("schema_version", "step")}
     report = {**head, "transcripts": {"path": os.path.abspath(shown), "sha256": sha256_file(shown)},
-              "runtime": runtime, **report}
+              "runtime": runtime, "limit": limit, **report}
     if output is not None:
         write_json(output, report)
     return report
