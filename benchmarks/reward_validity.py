@@ -118,9 +118,9 @@ def measure(reward: str, config: dict, records: list[dict], labels: dict[str, bo
                             "fitted": "check weights, C and fill rule, inside each training fold only"}
     # In sample, for contrast only: fitted and scored on the same 100 conversations (optimistic by construction).
     fit_rows = [i for i, t in enumerate(conversations) if t]
-    C, rule, _ = cal.choose_settings([conversations[i] for i in fit_rows], [y[i] for i in fit_rows],
-                                     [groups[i] for i in fit_rows], features, folds=folds, seed=seed)
-    whole = cal.fit_calibration([conversations[i] for i in fit_rows], [y[i] for i in fit_rows], features, C, rule)
+    settings, _ = cal.choose_settings([conversations[i] for i in fit_rows], [y[i] for i in fit_rows],
+                                      [groups[i] for i in fit_rows], features, folds=folds, seed=seed)
+    whole = cal.fit_calibration([conversations[i] for i in fit_rows], [y[i] for i in fit_rows], features, **settings)
     prior = sum(y) / len(y)  # as out of fold: no applicable turn, no evidence, the positive rate
     in_sample = [cal.conversation_score(whole, t) if t else prior for t in conversations]
     result["calibrated"]["in_sample_auc"] = roc_auc(in_sample, y)

@@ -65,7 +65,7 @@ def calibrate_cmd(
     table.add_row("per fold", ", ".join(
         f"{_fmt(a)} / {_fmt(b)}" for a, b in zip(m["calibrated"]["per_fold"], m["uncalibrated"]["per_fold"]))
         + " (calibrated / uncalibrated)")
-    table.add_row("chosen", f"C {fitted['C']}, fill {fitted['fill_rule']} ({fitted['chosen_by']})")
+    table.add_row("chosen", f"C {fitted['C']}, fill {fitted['fill_rule']}, scaling {fitted['scaling']} ({fitted['chosen_by']})")
     console.print(table)
     weights = Table(title="weights (fitted on every labelled conversation)", title_justify="left")
     for name in ("check", "weight", "per sd", "fill"):

@@ -5,15 +5,17 @@ Model (what the kernel applies, `calibration.py`): each applicable turn is re-sc
 counts 0/1) or `fill[f]` when the turn did not judge f; a conversation's score is the mean of its turns' scores.
 
 Fitting: an L2-regularised logistic regression over turn rows, each carrying its conversation's label with weight
-1/(applicable turns), so every conversation counts once. `fill[f]` is 1 (passed) for a check scored in [0, 1]
-(a reward leaves a check out of a turn where there was nothing to judge), else its mean where judged; features are standardised for the fit (so the penalty treats them alike) and the weights written back
-on the breakdown's own scale. The solver is Newton's method with step halving (deterministic, no dependency). The
-penalty strength C (loss + |w|^2 / 2C, as sklearn's C) is chosen from `C_GRID` by an inner grouped
-cross-validation inside the data being fitted: the C whose out-of-fold conversation scores have the lowest log loss
-(ties: the stronger penalty).
+1/(applicable turns), so every conversation counts once. Checks are scaled to unit deviation for the penalty, or
+(scaling "reward") those scored like the reward (values in [0, 1]) kept on that scale; the weights are written back
+on the breakdown's own scale. `fill[f]` follows a fill rule: "passed" (1 for a [0, 1] check: a reward leaves a check out of a turn
+where there was nothing to judge) or "mean" (its mean where judged). The solver is Newton's method with step halving
+(deterministic, no dependency). The penalty strength C (loss + |w|^2 / 2C, as sklearn's C), the fill rule and the
+scaling are chosen from `C_GRID` x `FILL_RULES` x `SCALINGS` by an inner grouped cross-validation inside the data
+being fitted: the settings whose inner out-of-fold conversation scores have the highest pooled AUC (ties: lower log
+loss, stronger penalty).
 
 Validity is measured the way it will be judged: the folds are grouped (a task's trials never straddle folds) and
-stratified, and each conversation is scored by a model fitted without its fold (C chosen without it too). Reported:
+stratified, and each conversation is scored by a model fitted without its fold (C and fill chosen without it too). Reported:
 the pooled out-of-fold ROC AUC with a group-clustered bootstrap interval, beside the reward's own (uncalibrated)
 score and the length-only baseline on the same conversations, and every fold's AUC.
 """
@@ -35,6 +37,8 @@ from .improve import load_policy, transcripts_path
 METHOD = "logistic-l2"
 C_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)
 FILL_RULES = ("passed", "mean")
+#: How checks are scaled for the penalty: every one to unit deviation, or those scored like the reward kept on [0, 1].
+SCALINGS = ("deviation", "reward")
 #: Used when the data are too few to choose C by an inner cross-validation.
 FALLBACK_C = 1.0
 MIN_PER_CLASS = 20
@@ -223,15 +227,15 @@ def encode(conversations: Sequence[Sequence[Mapping[str, Any]]], features: Seque
 
 
 def fit_calibration(conversations: Sequence[Sequence[Mapping[str, Any]]], labels: Sequence[bool],
-                    features: Sequence[str], C: float, fill_rule: str = "passed",
+                    features: Sequence[str], C: float, fill_rule: str = "passed", scaling: str = "deviation",
                     start: Sequence[float] | None = None) -> dict[str, Any]:
     """The calibration mapping (method, features, intercept, weights, fill) fitted on these conversations, plus
     `standardised_weights` (per standard deviation: comparable across checks), `dropped` (checks constant here)
     and `theta` (the solver's solution, a warm `start` for the next C on the same data)."""
-    return _fit(encode(conversations, features), labels, features, C, fill_rule, start)
+    return _fit(encode(conversations, features), labels, features, C, fill_rule, scaling, start)
 
 
-def _fit(encoded, labels, features, C, fill_rule, start=None) -> dict[str, Any]:
+def _fit(encoded, labels, features, C, fill_rule, scaling, start=None) -> dict[str, Any]:
     weight_of = [1.0 / len(turns) for turns in encoded]
     fill: dict[str, float] = {}
     for j, f in enumerate(features):
@@ -248,18 +252,23 @@ def _fit(encoded, labels, features, C, fill_rule, start=None) -> dict[str, Any]:
             merged[key] = merged.get(key, 0.0) + w
     keys = sorted(merged)  # a fixed order: the sums, and so the fit, do not hang on the input's order
     total = math.fsum(merged.values())
-    scale, kept = {}, []
+    scale, deviation, kept = {}, {}, []
     for c, j in enumerate(columns):
         m = math.fsum(k[0][c] * merged[k] for k in keys) / total
         sd = math.sqrt(math.fsum((k[0][c] - m) ** 2 * merged[k] for k in keys) / total)
         if sd > 1e-12:
-            scale[features[j]] = sd
+            # "deviation": unit deviation, so the penalty treats checks alike (ridge's usual choice). "reward": a
+            # check scored like the reward (in [0, 1]) keeps that scale, so the penalty prices a full pass-fail
+            # swing alike for every check and a rarely failed check (little evidence) is shrunk more; other checks
+            # (counts, signed values) are still scaled to unit deviation.
+            unit = scaling == "reward" and all(0.0 <= k[0][c] <= 1.0 for k in keys)
+            scale[features[j]], deviation[features[j]] = (1.0 if unit else sd), sd
             kept.append(c)
     if not kept:
         raise ValueError("every check is constant on these conversations: nothing to weight")
     names = [features[columns[c]] for c in kept]
-    # Scaled to unit deviation (so the penalty treats checks alike) and shifted so a check the turn did not judge
-    # is 0: rows stay sparse. The shift moves only the unpenalised intercept, not the fit.
+    # Shifted so a check the turn did not judge is 0: rows stay sparse. The shift moves only the unpenalised
+    # intercept, not the fit.
     rows = [([(k[0][c] - fills[c]) / scale[features[columns[c]]] for c in kept], k[1], merged[k]) for k in keys]
     theta = fit_logistic(rows, C, start=start if start is not None and len(start) == len(names) + 1 else None)
     weights = {f: theta[i + 1] / scale[f] for i, f in enumerate(names)}
@@ -267,7 +276,7 @@ def _fit(encoded, labels, features, C, fill_rule, start=None) -> dict[str, Any]:
     return {
         "method": METHOD, "features": names, "intercept": _round(intercept),
         "weights": {f: _round(weights[f]) for f in names}, "fill": {f: _round(fill[f]) for f in names},
-        "standardised_weights": {f: _round(theta[i + 1]) for i, f in enumerate(names)},
+        "standardised_weights": {f: _round(weights[f] * deviation[f]) for f in names},
         "dropped": [f for f in features if f not in names], "theta": theta,
     }
 
@@ -295,36 +304,42 @@ def _log_loss(score: float, y: bool) -> float:
 
 
 def choose_settings(conversations, labels, groups, features, *, folds: int, seed: int
-                    ) -> tuple[float, str, str]:
-    """(C, fill rule, how they were chosen): the pair from C_GRID x FILL_RULES whose out-of-fold conversation scores
-    in an inner grouped cross-validation rank conversations best (pooled ROC AUC: the figure calibration is judged
-    by; ties: lower log loss, then the stronger penalty, then "passed"), or the fallbacks with the reason when
-    these data cannot be split that way. `conversations` all hold an applicable turn."""
+                    ) -> tuple[dict[str, Any], str]:
+    """({C, fill_rule, scaling}, how they were chosen): the settings from C_GRID x FILL_RULES x SCALINGS whose
+    out-of-fold conversation scores in an inner grouped cross-validation rank conversations best (pooled ROC AUC:
+    the figure calibration is judged by; ties: lower log loss, then the stronger penalty, then the earlier rule and
+    scaling), or the fallbacks with the reason when these data cannot be split that way. `conversations` all hold
+    an applicable turn."""
+    fallback = {"C": FALLBACK_C, "fill_rule": FILL_RULES[0], "scaling": SCALINGS[0]}
     encoded = encode(conversations, features)
     k = min(folds, len(set(groups)))
     if k < 2:
-        return FALLBACK_C, FILL_RULES[0], "fixed: fewer than 2 groups to choose by"
+        return fallback, "fixed: fewer than 2 groups to choose by"
     assignment = grouped_stratified_folds(groups, labels, k, seed=seed)
     splits = [([i for i, g in enumerate(assignment) if g != f], [i for i, g in enumerate(assignment) if g == f])
               for f in range(k)]
     rank = {}
     try:
         for rule in FILL_RULES:
-            warm: list = [None] * k  # each split's last solution starts the next C (C ascends: small steps)
-            for C in C_GRID:
-                scores = [0.0] * len(conversations)
-                for f, (train, test) in enumerate(splits):
-                    cal = _fit([encoded[i] for i in train], [labels[i] for i in train], features, C, rule, warm[f])
-                    warm[f] = cal["theta"]
-                    for i in test:
-                        scores[i] = _encoded_score(cal, encoded[i], features)
-                loss = math.fsum(_log_loss(p, y) for p, y in zip(scores, labels)) / len(scores)
-                rank[C, rule] = (-round(roc_auc(scores, labels), 12), round(loss, 12), C, FILL_RULES.index(rule))
+            for scaling in SCALINGS:
+                warm: list = [None] * k  # each split's last solution starts the next C (C ascends: small steps)
+                for C in C_GRID:
+                    scores = [0.0] * len(conversations)
+                    for f, (train, test) in enumerate(splits):
+                        cal = _fit([encoded[i] for i in train], [labels[i] for i in train], features, C, rule,
+                                   scaling, warm[f])
+                        warm[f] = cal["theta"]
+                        for i in test:
+                            scores[i] = _encoded_score(cal, encoded[i], features)
+                    loss = math.fsum(_log_loss(p, y) for p, y in zip(scores, labels)) / len(scores)
+                    rank[C, rule, scaling] = (-round(roc_auc(scores, labels), 12), round(loss, 12), C,
+                                              FILL_RULES.index(rule), SCALINGS.index(scaling))
     except ValueError as exc:  # a training split with one class, or with every check constant
-        return FALLBACK_C, FILL_RULES[0], f"fixed: the inner cross-validation could not fit ({exc})"
-    C, rule = min(rank, key=rank.__getitem__)
-    return C, rule, (f"inner {k}-fold grouped cross-validation: highest pooled out-of-fold AUC (then lowest log "
-                     f"loss) over C in {list(C_GRID)} x fill in {list(FILL_RULES)}")
+        return fallback, f"fixed: the inner cross-validation could not fit ({exc})"
+    C, rule, scaling = min(rank, key=rank.__getitem__)
+    return {"C": C, "fill_rule": rule, "scaling": scaling}, (
+        f"inner {k}-fold grouped cross-validation: highest pooled out-of-fold AUC (then lowest log loss) over C in "
+        f"{list(C_GRID)} x fill in {list(FILL_RULES)} x scaling in {list(SCALINGS)}")
 
 
 def cross_validate(conversations, labels, groups, features, *, folds: int, seed: int) -> dict[str, Any]:
@@ -338,14 +353,14 @@ def cross_validate(conversations, labels, groups, features, *, folds: int, seed:
         train = [i for i, g in enumerate(assignment) if g != f and conversations[i]]
         test = [i for i, g in enumerate(assignment) if g == f]
         sub = ([conversations[i] for i in train], [labels[i] for i in train], [groups[i] for i in train])
-        C, rule, _ = choose_settings(*sub, features, folds=folds - 1, seed=seed)
-        cal = fit_calibration(sub[0], sub[1], features, C, rule)
+        settings, _ = choose_settings(*sub, features, folds=folds - 1, seed=seed)
+        cal = fit_calibration(sub[0], sub[1], features, **settings)
         # A calibrated score is a probability of the label: with no applicable turn (no evidence) a conversation
         # scores the prior, the training folds' positive rate (0.5 would rank it above most on this scale).
         prior = sum(bool(labels[i]) for i, g in enumerate(assignment) if g != f) / sum(g != f for g in assignment)
         for i in test:
             scores[i] = conversation_score(cal, conversations[i]) if conversations[i] else prior
-        per_fold.append({"fold": f, "C": C, "fill_rule": rule, "train": len(train), "test": len(test),
+        per_fold.append({"fold": f, **settings, "train": len(train), "test": len(test),
                          "no_evidence_score": prior, "weights": cal["weights"], "intercept": cal["intercept"]})
     return {"folds": assignment, "scores": scores, "fits": per_fold}
 
@@ -470,8 +485,8 @@ def run_calibrate(graded: str | os.PathLike, output: str | os.PathLike, *, label
                          "its top level) to weight", path=shown, field="breakdown")
     try:
         cv = cross_validate(conversations, y, groups, features, folds=folds, seed=seed)
-        C, rule, how = choose_settings(conversations, y, groups, features, folds=folds, seed=seed)
-        final = fit_calibration(conversations, y, features, C, rule)
+        settings, how = choose_settings(conversations, y, groups, features, folds=folds, seed=seed)
+        final = fit_calibration(conversations, y, features, **settings)
     except ValueError as exc:  # a training fold with one class, or every check constant in one
         raise InputError(f"cannot fit: {exc}", path=shown, field="breakdown") from None
     default_scores = [math.fsum(turns.scores[c]) / len(turns.scores[c]) for c in ids]
@@ -488,7 +503,7 @@ def run_calibrate(graded: str | os.PathLike, output: str | os.PathLike, *, label
         "reward": identity,
         "replaces": previous is not None,
         "folds": folds, "group_key": grouping, "seed": seed,
-        "C": C, "fill_rule": rule, "chosen_by": how,
+        **settings, "chosen_by": how,
         "standardised_weights": final["standardised_weights"], "dropped_constant": final["dropped"],
         "out_of_fold": {
             "auc": _round(measured["calibrated"]["auc"]),
