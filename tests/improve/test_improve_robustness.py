@@ -109,7 +109,7 @@ def test_each_kind_is_seeded_leaves_the_original_untouched_and_reports_what_it_b
         else:
             assert turn["original"]["name"] == original["tool_calls"][0]["function"]["name"]
             assert turn["broken"]["name"] == broken["tool_calls"][0]["function"]["name"]
-    if first.notes.get("variant") != "write_removed":  # the one breakage that removes messages
+    if first.notes.get("variant") != "write_removed" and kind != "repeated_call":  # they remove or add messages
         broken_at = {t["index"] for t in first.turns}
         assert len(first.conversation["messages"]) == len(conv["messages"])
         results = [i + 1 for i in broken_at if kind == "renamed_call"]  # a renamed call's result names the new tool
@@ -231,6 +231,24 @@ def test_renamed_call_picks_another_write_that_takes_the_same_arguments():
     alone = shop()
     alone["tools"] = TOOLS[:1]
     assert break_conversation(alone, "renamed_call") is None
+
+
+def test_repeated_call_retries_a_failed_call_unchanged_else_a_write():
+    conv = shop()
+    conv["messages"][7] = result("c2", "cancel_order", "Error: the order is being packed")
+    broken = break_conversation(conv, "repeated_call", seed=0)
+    assert broken.notes == {"repeated": "cancel_order", "after": "error", "decision": True}
+    messages = broken.conversation["messages"]
+    assert len(messages) == len(conv["messages"]) + 2
+    again, answer = messages[8], messages[9]
+    assert again["tool_calls"][0]["function"] == conv["messages"][6]["tool_calls"][0]["function"]
+    assert again["tool_calls"][0]["id"] != "c2" and answer["tool_call_id"] == again["tool_calls"][0]["id"]
+    assert answer["content"] == "Error: the order is being packed"
+    assert messages[:8] == conv["messages"][:8] and messages[10:] == conv["messages"][8:]
+    assert (broken.turns[0]["index"], broken.turns[0]["original_index"]) == (8, 6)
+    # Nothing failed: the write that took effect is made twice; a lookup alone is never repeated.
+    assert break_conversation(shop(), "repeated_call", seed=0).notes["after"] == "success"
+    assert break_conversation(lookup_only(), "repeated_call", seed=0) is None
 
 
 def test_empty_and_truncated_replies():

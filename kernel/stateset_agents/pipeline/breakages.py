@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 KINDS = ("shuffled_words", "foreign_reply", "looped_sentence", "insult_added", "ungrounded_numbers",
-         "claimed_action", "ungrounded_argument", "renamed_call", "empty_reply", "truncated_reply")
+         "claimed_action", "ungrounded_argument", "renamed_call", "repeated_call", "empty_reply", "truncated_reply")
 
 DESCRIPTIONS = {
     "shuffled_words": "the words of each reply shuffled",
@@ -31,6 +31,7 @@ DESCRIPTIONS = {
     "claimed_action": "a reply claims a change that no tool call made",
     "ungrounded_argument": "a call argument the context supplied changed to a value found nowhere in it",
     "renamed_call": "a call renamed to another declared tool, same arguments",
+    "repeated_call": "a call that failed (else a write) made again unchanged",
     "empty_reply": "a reply emptied",
     "truncated_reply": "a reply cut mid-sentence",
 }

@@ -163,6 +163,39 @@ def renamed_call(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyP
                   {"from": name, "to": target, "decision": decision})
 
 
+def repeated_call(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyPool | None = None) -> Broken | None:
+    """One call made again, unchanged, right after its results, and answered the same: a call that returned an
+    error where there is one (a retry that changes nothing), else a write that took effect (the change made
+    twice)."""
+    rng = rng_for("repeated_call", seed, conversation)
+    messages = conversation.get("messages") or []
+    declared = declared_tools(conversation)
+    errored, writes = [], []
+    for i, j, call in tool_calls_of(conversation):
+        result = result_index(messages, i, call.get("id"))
+        if result is None:
+            continue
+        if is_error_result(message_text(messages[result])):
+            errored.append((i, call, result))
+        elif _kind_of(call, declared) == "write":
+            writes.append((i, call, result))
+    if not errored and not writes:
+        return None
+    i, call, result = rng.choice(errored or writes)
+    again = copy.deepcopy(call)
+    again["id"] = f"{call.get('id') or 'call'}_again"
+    at = i + 1
+    while at < len(messages) and messages[at].get("role") == "tool":
+        at += 1
+    broken = shallow_copy(conversation)
+    broken["messages"][at:at] = [{"role": "assistant", "content": None, "tool_calls": [again]},
+                                 {**messages[result], "tool_call_id": again["id"]}]
+    return Broken("repeated_call", broken, [{"index": at, "original_index": i, "original": call_view(call),
+                                             "broken": call_view(again)}],
+                  {"repeated": call["function"]["name"], "after": "error" if errored else "success",
+                   "decision": _kind_of(call, declared) != "read"})
+
+
 def _claim(rng: random.Random, tool: str | None, arguments: Any = None) -> str:
     if tool:
         words = [w.lower() for w in NAME_WORDS.split(tool) if w]
