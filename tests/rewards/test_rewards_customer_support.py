@@ -40,9 +40,9 @@ def test_resolution_claims_need_a_successful_tool_call():
     grounded = grade([user("update it"), assistant(None, [("update_order", "{}")]),
                       tool("call_0_update_order", '{"ok": true}'),
                       assistant("Your order has been updated successfully.")])
-    assert grounded.breakdown["resolution"] == 1.0
+    assert grounded.breakdown["resolution"] == 1.0 and grounded.breakdown["claims"] == 1.0
     hallucinated = grade([user("update it"), assistant("Your order has been updated successfully.")])
-    assert hallucinated.breakdown["resolution"] == 0.0
+    assert hallucinated.breakdown["claims"] == 0.0 and "no tool call performed" in hallucinated.reason
     sent_away = grade([user("help"), assistant("Once you have the order number, please contact customer service.")])
     assert sent_away.breakdown["resolution"] == 0.0
 

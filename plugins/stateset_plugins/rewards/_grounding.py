@@ -1,0 +1,327 @@
+"""Values a conversation mentions, and whether a reply's values are grounded in what came before it.
+
+A support agent's facts (amounts, dates, times, ids and codes, names) should come from somewhere: the user said
+them, a tool returned them, or the system prompt holds them. A value that appears nowhere before the turn was
+invented (or belongs to another conversation). Values are canonical strings, so "$1,250.00" and "1250" agree, and
+so do "May 20th" and "2024-05-20":
+
+* `n:1250`       a number (thousands separators, currency signs and trailing zeros ignored)
+* `d:05-20`      a calendar date, month and day (a year, when written, also counts as a number)
+* `t:15:00`      a time of day, 24-hour
+* `id:hat001`    a code: a token mixing letters and digits, or a capitalised code of three letters or more that is no
+                 English word ("JFK")
+* `name:mia`     a capitalised word that is no English word (a person, a place)
+
+Small whole numbers (0-10: counts, list numbering) are never judged: they need no source. A number the agent worked
+out from grounded numbers the same reply states (a sum or difference of two, or 2-9 times one) is "derived": half
+credit, since the arithmetic is legitimate but unchecked. A four-digit number matching the last digits of a longer one is grounded:
+cards and accounts are named by their last four digits.
+
+A value is looked for in the context's text (lower-cased, in the grounding roles) in each of its written forms, on
+token boundaries; nothing is parsed until a reply states a value, so grading stays cheap.
+
+Helpers for any reward: `mentioned_values(text)`, `context_values(messages, before)`, `ungrounded(values, context)`,
+and `GroundingIndex` (one conversation, every turn: the context text is built once, incrementally).
+"""
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from functools import lru_cache
+from typing import Any, Iterable, Mapping, Sequence
+
+from ._language import known_word
+from ._text import message_text
+
+#: Roles whose messages ground a value: the user's words, tool results, the system prompt.
+GROUNDING_ROLES = frozenset({"user", "tool", "system"})
+#: Whole numbers up to this need no source (counts, list numbering, "2 bags").
+SMALL_NUMBER = 10
+
+_MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+                "november", "december")
+_MONTHS = {name: i for i, name in enumerate(_MONTH_NAMES, start=1)}
+_MONTHS.update({name[:3]: i for i, name in enumerate(_MONTH_NAMES, start=1)})
+_MONTHS["sept"] = 9
+_CALENDAR_WORDS = frozenset(_MONTHS) | {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
+_MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_MONTH_DAY = re.compile(rf"(?i)(?=[a-z0-9])\b(?:({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?|(\d{{1,2}})(?:st|nd|rd|th)?\s+"
+                        rf"(?:of\s+)?({_MONTH}))\b")
+# Digit-led values: an ISO date (with a time), a clock time (with am/pm), a number. Ids are found among the tokens.
+_DIGIT_VALUE = re.compile(r"(?=\d)(?:\d{4}-\d{1,2}-\d{1,2}(?:[T ]\d{1,2}:\d{2})?|\d{1,2}:\d{2}(?:\s*[AaPp]\.?[Mm]\b)?"
+                          r"|\d{1,2}\s*[AaPp]\.?[Mm]\b|\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)")
+_TOKEN = re.compile(r"\w+")
+_UNIT = re.compile(r"(?i)^(\d+)(?:st|nd|rd|th|k|kg|kgs|lb|lbs|h|hr|hrs|min|mins|x|s|pm|am|gb|mb)$")
+_CLOCK_JOIN = re.compile(r"^\d+T\d+$")  # "2024-05-20T15:00" splits into \w+ tokens as "20T15": no id
+_MERIDIEM = re.compile(r"(?i)([ap])\.?m\b")
+
+
+def _number_key(text: str) -> str | None:
+    text = text.replace(",", "")
+    if text.isdigit():
+        value: int | Fraction = int(text)
+    else:
+        try:
+            value = Fraction(text)
+        except (ValueError, ZeroDivisionError):
+            return None
+        if value.denominator == 1:
+            value = int(value)
+    if isinstance(value, int) and 0 <= value <= SMALL_NUMBER:
+        return None
+    return f"n:{value}"
+
+
+def _clock(hour: int, minute: int, meridiem: str | None) -> str | None:
+    if meridiem:
+        if not 1 <= hour <= 12:
+            return None
+        hour = hour % 12 + (12 if meridiem.lower() == "p" else 0)
+    return f"t:{hour:02d}:{minute:02d}" if hour < 24 and minute < 60 else None
+
+
+def mentioned_values(text: str, tokens: Sequence[str] | None = None,
+                     lowered: frozenset[str] | None = None) -> list[str]:
+    """The canonical values a text mentions (see the module docstring). `tokens`: the text's `\\w+` tokens in their
+    own case and `lowered`: the set of them lower-cased, when the caller has them."""
+    out: list[str] = []
+    if tokens is None:
+        tokens = _TOKEN.findall(text)
+    if lowered is None:
+        lowered = frozenset(map(str.lower, tokens))
+    days: set[int] = set()  # where a date's day is written ("May 20"): not a number of its own
+    if not lowered.isdisjoint(_CALENDAR_WORDS):
+        for match in _MONTH_DAY.finditer(text):
+            month = _MONTHS[(match.group(1) or match.group(4)).lower()]
+            day = int(match.group(2) or match.group(3))
+            days.add(match.start(2) if match.group(2) else match.start(3))
+            if 1 <= day <= 31:
+                out.append(f"d:{month:02d}-{day:02d}")
+    if _HAS_DIGIT(text):
+        _digit_values(text, out, days)
+    # Tokens with a capital letter (a token not among the lower-cased ones): codes ("JFK") and names ("Mia").
+    for token in set(tokens).difference(lowered):
+        if len(token) >= 3 and token.isalpha():
+            word = token.lower()
+            if word not in _CALENDAR_WORDS and not known_word(word):
+                if token.isupper():
+                    if len(token) <= 10:
+                        out.append("id:" + word)
+                elif token[1:].islower():
+                    out.append("name:" + word)
+    return out
+
+
+_HAS_DIGIT = re.compile(r"\d").search
+_WORD_BEFORE = re.compile(r"\w+$")
+_WORD_AFTER = re.compile(r"\w*")
+
+
+def _digit_values(text: str, out: list[str], days: set[int]) -> None:
+    for match in _DIGIT_VALUE.finditer(text):
+        start, end = match.span()
+        if start in days:
+            continue
+        token = match.group(0)
+        before = text[start - 1] if start else " "
+        after = text[end] if end < len(text) else " "
+        if before == "." or (before.isdigit()):
+            continue  # a decimal's fraction
+        if before.isalnum() or before == "_" or ((after.isalpha() or after == "_") and "-" not in token):
+            # Digits inside a word: the whole word is a code or an id ("HAT001", "mia_li_3668"), unless it is a
+            # number with its unit ("20th", "50kg").
+            head = _WORD_BEFORE.search(text, max(0, start - 64), start)
+            word = (head.group(0) if head else "") + text[start:end] + _WORD_AFTER.match(text, end).group(0)
+            unit = _UNIT.match(word)
+            if unit:
+                key = _number_key(unit.group(1))
+                if key:
+                    out.append(key)
+            elif not _CLOCK_JOIN.match(word):
+                out.append("id:" + word.lower())
+            continue
+        key = None
+        if "-" in token:
+            year, month, rest = token.split("-", 2)
+            day, _, clock = rest.replace("T", " ").partition(" ")
+            out.append(f"n:{int(year)}")
+            if 1 <= int(month) <= 12 and 1 <= int(day) <= 31:
+                out.append(f"d:{int(month):02d}-{int(day):02d}")
+            if clock:
+                hour, minute = clock.split(":")
+                key = _clock(int(hour), int(minute), None)
+        elif ":" in token or token[-1] in "mM":
+            meridiem = _MERIDIEM.search(token)
+            digits = re.findall(r"\d+", token)
+            key = _clock(int(digits[0]), int(digits[1]) if len(digits) > 1 else 0,
+                         meridiem.group(1) if meridiem else None)
+        else:
+            key = _number_key(token)
+        if key:
+            out.append(key)
+
+
+def _occurs(needle: str, haystack: str, digits: bool, tail_digits: bool = False, start: int = 0,
+            end: int | None = None) -> int:
+    """Where `needle` first occurs in `haystack[start:end]` on token boundaries (the end of that occurrence), or -1.
+    For a number (`digits`): no digit or decimal point before it (unless `tail_digits`: the last digits of a longer
+    number, or an ISO date's "-MM-DD" after its year), and after it no digit, nor a decimal part other than zeros.
+    For a word or code: no letter or digit on either side (an underscore separates)."""
+    if end is None:
+        end = len(haystack)
+    size = len(needle)
+    at = haystack.find(needle, start, end)
+    while at >= 0:
+        before = haystack[at - 1] if at else " "
+        stop = at + size
+        after = haystack[stop] if stop < len(haystack) else " "
+        if digits:
+            ok = tail_digits or not (before.isdigit() or before == ".")
+            if ok and after == "." and stop + 1 < len(haystack) and haystack[stop + 1].isdigit():
+                fraction = _FRACTION.match(haystack, stop).group(0)
+                ok = "." not in needle and not fraction.strip(".0")
+            elif ok:
+                ok = not after.isdigit()
+        else:
+            ok = not before.isalnum() and not after.isalnum()
+        if ok:
+            return stop
+        at = haystack.find(needle, at + 1, end)
+    return -1
+
+
+_FRACTION = re.compile(r"\.\d+")
+
+
+@lru_cache(maxsize=4096)
+def _forms(value: str) -> list[tuple[str, bool | str]]:
+    """The ways a canonical value may be written in a (lower-cased) context: (text, True for a number, or "tail"
+    for one that may follow other digits)."""
+    kind, _, body = value.partition(":")
+    if kind == "n":
+        number = Fraction(body)
+        if number.denominator == 1:
+            whole = int(number)
+            forms = [(str(whole), True)]
+            if abs(whole) >= 1000:
+                forms.append((f"{whole:,}", True))
+            return forms
+        text = f"{float(number):f}".rstrip("0")
+        return [(text, True), (f"{float(number):,f}".rstrip("0"), True)]
+    if kind == "d":
+        month, day = int(body[:2]), int(body[3:])
+        name = _MONTH_NAMES[month - 1]
+        return [(f"-{month:02d}-{day:02d}", "tail"), (f"{name} {day}", True), (f"{name[:3]} {day}", True),
+                (f"{day} {name[:3]}", False)]
+    if kind == "t":
+        hour, minute = int(body[:2]), int(body[3:])
+        twelve = hour % 12 or 12
+        meridiem = "pm" if hour >= 12 else "am"
+        forms = [(f"{hour:02d}:{minute:02d}", True), (f"{twelve}:{minute:02d}", True)]
+        if minute == 0:
+            forms.append((f"{twelve} {meridiem}", False))
+        return forms
+    return [(body, False)]
+
+
+def first_grounding(value: str, text: str, start: int, end: int) -> int:
+    """The end of the first occurrence of any written form of `value` in `text[start:end]`, or -1."""
+    last_four = value.startswith("n:") and len(value) == 6 and value[2:].isdigit()
+    best = -1
+    for form, digits in _forms(value):
+        found = _occurs(form, text, bool(digits), digits == "tail" or (last_four and form.isdigit()), start, end)
+        if found >= 0 and (best < 0 or found < best):
+            best = found
+    return best
+
+
+class Context:
+    """What grounds a value: the lower-cased text of the grounding messages. `value in context` tests one."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __contains__(self, value: str) -> bool:
+        return first_grounding(value, self.text, 0, len(self.text)) >= 0
+
+
+def context_values(messages: Sequence[Mapping[str, Any]], before: int,
+                   roles: Iterable[str] = GROUNDING_ROLES) -> Context:
+    """The context that grounds the values of the message at `before`: the earlier messages in `roles`."""
+    roles = frozenset(roles)
+    return Context("\n".join(message_text(m).lower() for m in messages[:before] if m.get("role") in roles))
+
+
+def ungrounded(values: Iterable[str], context: Context) -> list[str]:
+    """The values found nowhere in the context (a derived number counts as ungrounded here; see `derived`)."""
+    return [v for v in values if v not in context]
+
+
+class GroundingIndex:
+    """One conversation, indexed once for all its turns. The grounding messages' text grows as turns advance; each
+    value is searched for once, and after that only in text added since (a value stays grounded once it is)."""
+
+    __slots__ = ("messages", "_text", "_ends", "_indexed_to", "_found", "_scanned")
+
+    def __init__(self, messages: Sequence[Mapping[str, Any]]):
+        self.messages = messages
+        self._text = ""
+        self._ends = [0]  # _ends[i]: length of the text that the messages before index i make
+        self._indexed_to = 0
+        self._found: dict[str, int] = {}    # value -> end of its first grounding occurrence in the text
+        self._scanned: dict[str, int] = {}  # value (not found yet) -> how much of the text has been searched
+
+    def _context_end(self, before: int) -> int:
+        before = min(before, len(self.messages))
+        while self._indexed_to < before:
+            message = self.messages[self._indexed_to]
+            if message.get("role") in GROUNDING_ROLES:
+                self._text += message_text(message).lower() + "\n"
+            self._indexed_to += 1
+            self._ends.append(len(self._text))
+        return self._ends[before]
+
+    def grounded(self, value: str, before: int) -> bool:
+        end = self._context_end(before)
+        found = self._found.get(value)
+        if found is None:
+            scanned = self._scanned.get(value, 0)
+            if scanned < end:
+                # Forms are short: restart a little before the last stop so none is missed across it.
+                hit = first_grounding(value, self._text, max(0, scanned - 32), end)
+                if hit >= 0:
+                    self._found[value] = found = hit
+                else:
+                    self._scanned[value] = end
+        return found is not None and found <= end
+
+    def context(self, before: int) -> Context:
+        return Context(self._text[:self._context_end(before)])
+
+    def credit(self, values: Iterable[str], before: int) -> tuple[float, list[str]]:
+        """Mean credit over distinct values (1 grounded, 0.5 derived, 0 invented) and the invented ones."""
+        distinct = list(dict.fromkeys(values))
+        if not distinct:
+            return 1.0, []
+        grounded = [v for v in distinct if self.grounded(v, before)]
+        total = float(len(grounded))
+        invented = []
+        if len(grounded) < len(distinct):
+            known = {Fraction(v[2:]) for v in grounded if v.startswith("n:")}
+            for value in distinct:
+                if value not in grounded:
+                    if value.startswith("n:") and derived(Fraction(value[2:]), known):
+                        total += 0.5
+                    else:
+                        invented.append(value)
+        return total / len(distinct), invented
+
+
+def derived(number: Fraction, known: set[Fraction]) -> bool:
+    """Is a number the reply states worked out from grounded numbers it also states: a sum or difference of two,
+    or 2-9 times one ("2 bags at $50: $100")?"""
+    if any(number / k in known for k in range(2, 10)):
+        return True
+    return any((number - v) in known or (v - number) in known for v in known)
