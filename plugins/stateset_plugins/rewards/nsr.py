@@ -7,7 +7,6 @@ in the turn is kept or broken, and the score is the kept share (by weight). The 
 """
 from __future__ import annotations
 
-import re
 import threading
 from bisect import bisect_left
 from collections.abc import Mapping  # not typing's: its isinstance checks are several times slower
@@ -20,12 +19,13 @@ from stateset_agents.errors import InputError
 
 from ._text import (affirmed, has_phrase, is_error_data, is_error_result, message_text, parse_arguments,
                     parse_json_maybe, phrases, tool_calls, tool_result_index)
-from .policy_language import UNKNOWN, Evaluator, flatten, load_policy, matches
+from ._tools import declared_tools
+from .policy_language import UNKNOWN, Evaluator, flatten, load_policy, matches, pattern
 
 
 class NSRReward(Reward):
     name = "nsr"
-    version = "1.1.0"
+    version = "1.2.0"
     config_schema = {
         "type": "object",
         "properties": {"policy": {"type": "object", "description": "The parsed policy file (YAML or JSON)."}},
@@ -56,7 +56,7 @@ class NSRReward(Reward):
         context = getattr(self._contexts, "context", None)
         if context is None:
             context = self._contexts.context = _Context(self.policy)
-        return context.start(_Conversation(conversation.get("messages") or []))
+        return context.start(_Conversation(conversation.get("messages") or [], conversation.get("tools")))
 
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
         return self._grade(self._context(conversation).at(turn_index))
@@ -94,9 +94,17 @@ class NSRReward(Reward):
             return TurnGrade.not_applicable("no policy rule applies to this turn's decisions")
         total = sum(v["weight"] for v in verdicts)
         kept = sum(v["weight"] for v in verdicts if v["verdict"] == "kept")
-        breakdown = {f"{v['rule']}@{v['decision']}": v["verdict"] for v in verdicts}
-        if self.policy["scoring"] == "all_kept":  # a decision complies or it does not
+        breakdown: dict[str, Any] = {f"{v['rule']}@{v['decision']}": v["verdict"] for v in verdicts}
+        # Each rule judged in the turn as a number at the top level (1 kept, 0 broken by any of the turn's
+        # decisions): the checks `improve calibrate` can weigh; a rule the turn did not judge is absent.
+        for v in verdicts:
+            kept_so_far = breakdown.get(v["rule"], 1.0)
+            breakdown[v["rule"]] = min(kept_so_far, 1.0 if v["verdict"] == "kept" else 0.0)
+        scoring = self.policy["scoring"]
+        if scoring == "all_kept":  # a decision complies or it does not
             score = 0.0 if any(v["verdict"] == "broken" for v in verdicts) else 1.0
+        elif scoring == "per_breach":  # complies (1), else each breach (by weight) multiplies by the factor
+            score = self.policy["breach_factor"] ** (total - kept)
         else:
             score = kept / total if total else 1.0
         return TurnGrade(score=score, breakdown=breakdown, reason=_reason(verdicts))
@@ -143,10 +151,14 @@ class _Conversation:
     arguments, parsed tool results), each derived once and kept for the conversation's other turns: the texts
     at once (nearly every one is read, most are plain strings), the rest on first use."""
 
-    __slots__ = ("messages", "by_role", "texts", "_calls", "_results", "_holding", "_spoken", "_successful")
+    __slots__ = ("messages", "tools", "by_role", "texts", "_calls", "_results", "_holding", "_spoken", "_successful",
+                 "_declared", "confirmations")
 
-    def __init__(self, messages: Sequence[Mapping[str, Any]]):
+    def __init__(self, messages: Sequence[Mapping[str, Any]], tools: Any = None):
         self.messages = messages
+        self.tools = tools
+        self._declared: dict[str, Mapping[str, Any]] | None = None
+        self.confirmations: dict[int, bool] = {}  # user message index -> does it say yes (`user_confirmed`)
         self.by_role: dict[str, list[int]] = {"user": [], "assistant": [], "tool": []}
         self.texts: list[str] = []  # message_text of each message
         for index, message in enumerate(messages):
@@ -172,12 +184,12 @@ class _Conversation:
                     if arguments is None:
                         continue
                     answer = tool_result_index(self.messages, call["id"], index + 1)
-                    if answer is not None and not self._errored(answer):
+                    if answer is not None and not self.errored(answer):
                         made.append((index, call["name"], arguments, answer))
             self._successful = made
         return self._successful
 
-    def _errored(self, index: int) -> bool:
+    def errored(self, index: int) -> bool:
         """`is_error_result` of tool message `index`, with a JSON object's parse kept as the message's `result` (the
         text is what `is_error_result` would parse: it has no leading space, so it cannot start with "Error")."""
         text = self.texts[index]
@@ -200,6 +212,18 @@ class _Conversation:
             texts = self.texts
             found = self._spoken[role] = [i for i in self.by_role[role] if texts[i].strip()]
         return found
+
+    def fits_declaration(self, name: str, arguments: Any) -> Any:
+        """Does a call name a declared tool, with arguments that validate against its `parameters` JSON schema?
+        UNKNOWN when the conversation declares no tools (nothing to check against)."""
+        if self._declared is None:
+            self._declared = declared_tools({"tools": self.tools})
+        if not self._declared:
+            return UNKNOWN
+        declaration = self._declared.get(name)
+        if declaration is None or not isinstance(arguments, Mapping):
+            return False
+        return _fits_schema(declaration.get("parameters") or {"type": "object"}, arguments)
 
     def says(self, index: int, words: tuple[str, ...]) -> bool:
         """Does message `index` contain one of the phrases (word-bounded, case-insensitive)?"""
@@ -232,6 +256,7 @@ class _Context:
         self.words = policy["words"]
         self.decision: Mapping[str, Any] = {}
         self._facts: dict[str, Any] = {}
+        self._matches: dict[Any, list[str]] = {}
         self._expanded: dict[tuple[str, ...], tuple[str, ...]] = {}  # word-list names -> their phrases
         self._evaluator = Evaluator(self._resolve, self._functions())
         # A decision of a kind no rule judges gets no verdict: not deriving it saves, e.g., a phrase search of
@@ -248,6 +273,7 @@ class _Context:
 
     def at(self, turn_index: int) -> "_Context":
         self.turn_index = turn_index
+        self._matches: dict[Any, list[str]] = {}  # this turn's regex matches, shared by the rules that ask
         return self
 
     # ------------------------------------------------------------------------------------------- decisions
@@ -263,7 +289,8 @@ class _Context:
         if "call" in judged:
             for call, arguments in calls:
                 found.append({"kind": "call", "label": call["name"], "call": call["name"], "turn": shape,
-                              "args": arguments if arguments is not None else UNKNOWN, "text": text})
+                              "args": arguments if arguments is not None else UNKNOWN, "text": text,
+                              "call_id": call["id"]})
         if "refusal" in judged and has_text and self._refusal.search(text):
             found.append({"kind": "refusal", "label": "refusal", "turn": shape, "args": {}, "call": None,
                           "text": text})
@@ -271,8 +298,11 @@ class _Context:
 
     # ---------------------------------------------------------------------------------------------- judging
     def judge(self, rule: Mapping[str, Any], decision: Mapping[str, Any]) -> str | None:
-        self.decision = decision  # what `args`, `turn_says` and the like read while this rule is judged
-        self._facts = {}  # facts are evaluated at most once per decision and rule
+        if decision is not self.decision:  # what `args`, `turn_says` and the like read while it is judged
+            self.decision = decision
+            # A fact depends on the decision and its prefix, never on the rule asking (it sees no comprehension
+            # variable), so each is evaluated at most once per decision, whichever rules read it.
+            self._facts = {}
         evaluator = self._evaluator  # at the top level no comprehension variable is in scope: run directly
         if rule["when"] is not None:
             applies = rule["when"].run(evaluator)
@@ -288,6 +318,13 @@ class _Context:
             return self.decision[name]
         if name == "user_confirmed":
             return self._user_confirmed()
+        if name == "call_failed":
+            return self._call_failed()
+        if name == "call_fits_declaration":
+            decision = self.decision
+            if decision.get("kind") != "call":
+                return UNKNOWN
+            return self.seen.fits_declaration(decision["call"], decision["args"])
         if name in self.policy["constants"]:
             return self.policy["constants"][name]
         if name in self.policy["facts"]:
@@ -297,7 +334,7 @@ class _Context:
                 facts[name] = self._evaluator.evaluate(self.policy["facts"][name])
             return facts[name]
         raise InputError(f"policy expression uses {name!r}, which is neither a fact, a constant nor a built-in "
-                         "name (args, call, turn, user_confirmed)", field="policy")
+                         "name (args, call, turn, user_confirmed, call_failed, call_fits_declaration)", field="policy")
 
     def _functions(self) -> Mapping[str, Callable[..., Any]]:
         """The context's functions (with the built-in ones, once per context: per thread); those about "this turn"
@@ -314,8 +351,9 @@ class _Context:
             "agent_said": partial(self._said_before, "assistant"),
             "agent_said_last": partial(self._said_last, "assistant"),
             "turn_says": lambda *p: self.seen.says(self.turn_index, self._expand(p)),
-            "turn_matches": lambda pattern: _regex_matches(pattern, self.decision["text"]),
+            "turn_matches": self._turn_matches,
             "seen": self._seen,
+            "calls_since_user": self._calls_since_user,
         }
 
     # ------------------------------------------------------------------------------------------------ facts
@@ -359,6 +397,26 @@ class _Context:
         wanted = (str(value),)
         return any(self._holds_before(role, wanted) for role in ("tool", "user"))
 
+    def _call_failed(self) -> Any:
+        """Did the system reject this decision's call (its own result is an error)? UNKNOWN for a call the log
+        holds no answer to, and for a decision that is no call. The one later message judging reads."""
+        decision = self.decision
+        if decision.get("kind") != "call":
+            return UNKNOWN
+        answer = tool_result_index(self.messages, decision["call_id"], self.turn_index + 1)
+        return UNKNOWN if answer is None else self.seen.errored(answer)
+
+    def _calls_since_user(self, tool: str | Sequence[str] | None = None) -> int:
+        """How many tool calls (to `tool`, or any tool when none is named; whatever their result) the agent made
+        after the user's latest message and before this turn: what it did with the user's last words."""
+        tools = None if tool is None else ({tool} if isinstance(tool, str) else set(tool))
+        last_user = self._last_index("user")
+        assistants = self.seen.by_role["assistant"]
+        start = bisect_left(assistants, -1 if last_user is None else last_user)
+        end = bisect_left(assistants, self.turn_index)
+        return sum(1 for index in assistants[start:end] for call, _ in self.seen.calls(index)
+                   if tools is None or call["name"] in tools)
+
     def _last_index(self, role: str) -> int | None:
         """The latest message of `role` in the prefix: the user's latest message, even one without text (it says
         nothing, so no phrase); the agent's latest that says something (its tool-call-only turns say nothing)."""
@@ -369,7 +427,22 @@ class _Context:
     def _user_confirmed(self) -> bool:
         """The latest user message says yes (an `affirm` word) and does not say no (`negate`) before it."""
         index = self._last_index("user")
-        return index is not None and affirmed(self.seen.texts[index], self._affirm, self._negate)
+        if index is None:
+            return False
+        confirmed = self.seen.confirmations.get(index)
+        if confirmed is None:  # read once per user message: every write and turn after it asks again
+            confirmed = self.seen.confirmations[index] = affirmed(self.seen.texts[index], self._affirm, self._negate)
+        return confirmed
+
+    def _turn_matches(self, regex: Any) -> list[str]:
+        """The distinct matches of a regular expression in this turn's text, found once per turn."""
+        try:
+            return self._matches[regex]
+        except KeyError:
+            found = self._matches[regex] = _regex_matches(regex, self.seen.texts[self.turn_index])
+            return found
+        except TypeError:  # an unhashable argument
+            return _regex_matches(regex, self.seen.texts[self.turn_index])
 
     def _successful_calls(self, tool: str | Sequence[str], match: Mapping[str, Any]):
         """(arguments, parsed result) of each successful call to `tool` (or any tool in a list) in the prefix whose
@@ -404,13 +477,48 @@ class _Context:
         return records
 
 
-def _regex_matches(pattern: Any, text: str) -> list[str]:
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "object": lambda v: isinstance(v, Mapping), "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool), "null": lambda v: v is None,
+    "integer": lambda v: not isinstance(v, bool) and (isinstance(v, int) or isinstance(v, float) and v.is_integer()),
+    "number": lambda v: not isinstance(v, bool) and isinstance(v, (int, float)),
+}
+
+
+def _fits_schema(schema: Any, value: Any) -> bool:
+    """Does `value` fit a tool's JSON schema in what a call's shape depends on: `type`, `enum`, `required`,
+    `properties`, `additionalProperties: false` and `items`, at any depth (other keywords are not checked)? A few
+    dictionary lookups per argument, where a full validator costs hundreds of calls per tool call."""
+    if not isinstance(schema, Mapping):
+        return True
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if isinstance(kind, list) else [kind]
+        if not any(_JSON_TYPES.get(k, lambda v: True)(value) for k in kinds):
+            return False
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    if isinstance(value, Mapping):
+        properties = schema.get("properties") or {}
+        if any(key not in value for key in schema.get("required") or ()):
+            return False
+        for key, item in value.items():
+            if key in properties:
+                if not _fits_schema(properties[key], item):
+                    return False
+            elif schema.get("additionalProperties") is False:
+                return False
+            elif isinstance(schema.get("additionalProperties"), Mapping) and not _fits_schema(
+                    schema["additionalProperties"], item):
+                return False
+    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return all(_fits_schema(schema["items"], item) for item in value)
+    return True
+
+
+def _regex_matches(regex: Any, text: str) -> list[str]:
     """The distinct matches of a regular expression (from the policy file) in a text, in order."""
-    try:
-        compiled = re.compile(str(pattern))
-    except re.error as exc:
-        raise InputError(f"policy regular expression {pattern!r} does not compile: {exc}", field="policy")
-    return list(dict.fromkeys(m.group(0) for m in compiled.finditer(text)))
+    return list(dict.fromkeys(m.group(0) for m in pattern(regex).finditer(text)))
 
 
 def _arguments_match(arguments: Mapping[str, Any], match: Mapping[str, Any]) -> bool:

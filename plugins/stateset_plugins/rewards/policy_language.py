@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import re
 from collections.abc import Mapping  # not typing's: its isinstance checks are several times slower
 from datetime import datetime
 from typing import Any, Callable
@@ -37,6 +38,8 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 DECISION_KINDS = ("write", "handoff", "refusal", "tool_call", "turn")
+#: How a turn's verdicts make its score (docs/policy-language.md, "Score and reason").
+SCORINGS = ("kept_share", "all_kept", "per_breach")
 
 
 def _known(*values: Any) -> bool:
@@ -107,6 +110,38 @@ def flatten(value: Any) -> list[Any]:
     return [] if value is None or value is UNKNOWN else [value]
 
 
+def leaves(value: Any) -> list[Any]:
+    """The scalar values at any depth of nested mappings and lists, in order: a call's arguments as the values it
+    passes (`leaves({'id': 'R1', 'legs': [{'n': 'F1'}]})` -> ['R1', 'F1'])."""
+    if isinstance(value, Mapping):
+        return [leaf for item in value.values() for leaf in leaves(item)]
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in leaves(item)]
+    return [] if value is None or value is UNKNOWN else [value]
+
+
+_PATTERNS: dict[str, re.Pattern] = {}  # the policy's regular expressions, compiled once
+
+
+def pattern(regex: Any) -> re.Pattern:
+    """A regular expression from the policy file, compiled once; a bad one is the policy's error."""
+    source = str(regex)
+    compiled = _PATTERNS.get(source)
+    if compiled is None:
+        try:
+            compiled = re.compile(source)
+        except re.error as exc:
+            raise InputError(f"policy regular expression {regex!r} does not compile: {exc}", field="policy")
+        if len(_PATTERNS) < 256:  # policies hold a handful; an expression building patterns must not grow it
+            _PATTERNS[source] = compiled
+    return compiled
+
+
+def _like(value: Any, regex: Any) -> bool:
+    """Is the value a string that the regular expression matches as a whole?"""
+    return isinstance(value, str) and pattern(regex).fullmatch(value) is not None
+
+
 def _kleene_all(values: Any) -> Any:
     """All true: false if any is false, else UNKNOWN if any is unknown, else true (also for an empty list)."""
     values = list(values)
@@ -139,6 +174,8 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "all": _strict(_kleene_all),
     "any": _strict(_kleene_any),
     "flatten": _strict(flatten),
+    "leaves": _strict(leaves),
+    "like": _strict(_like),
     "find": _find,
     "where": _where,
 }
@@ -419,11 +456,16 @@ def load_policy(policy: Any) -> dict[str, Any]:
         raise InputError("the policy has no rules: add a non-empty `rules:` list", field="policy.rules")
     tools = policy.get("tools") or {}
     scoring = policy.get("scoring", "kept_share")
-    if scoring not in ("kept_share", "all_kept"):
-        raise InputError("policy `scoring` must be kept_share or all_kept", field="policy.scoring")
+    if scoring not in SCORINGS:
+        raise InputError(f"policy `scoring` must be one of {', '.join(SCORINGS)}", field="policy.scoring")
+    breach_factor = policy.get("breach_factor", 0.5)
+    if isinstance(breach_factor, bool) or not isinstance(breach_factor, (int, float)) or not 0 < breach_factor < 1:
+        raise InputError("policy `breach_factor` must be a number between 0 and 1 (exclusive)",
+                         field="policy.breach_factor")
     compiled: dict[str, Any] = {
         "name": str(policy.get("name", "policy")),
         "scoring": scoring,
+        "breach_factor": float(breach_factor),
         "constants": dict(policy.get("constants") or {}),
         "writes": set(_as_list(tools.get("writes"))),
         "handoffs": set(_as_list(tools.get("handoffs"))),
