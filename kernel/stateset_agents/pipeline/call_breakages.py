@@ -163,6 +163,18 @@ def renamed_call(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyP
                   {"from": name, "to": target, "decision": decision})
 
 
+def _fresh_id(like: str, rng: random.Random, taken: set) -> str:
+    """An id in the shape of `like` ("call_" and as many random letters and digits), used by no call."""
+    head, sep, tail = like.rpartition("_")
+    for _ in range(50):
+        body = "".join(rng.choice("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") if c.isalpha() else
+                       rng.choice("0123456789") if c.isdigit() else c for c in tail)
+        candidate = f"{head}{sep}{body}"
+        if candidate != like and candidate not in taken:
+            return candidate
+    return f"{like}{rng.randrange(10 ** 9)}"
+
+
 def repeated_call(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyPool | None = None) -> Broken | None:
     """One call made again, unchanged, right after its results, and answered the same: a call that returned an
     error where there is one (a retry that changes nothing), else a write that took effect (the change made
@@ -183,7 +195,9 @@ def repeated_call(conversation: Mapping[str, Any], *, seed: int = 0, pool: Reply
         return None
     i, call, result = rng.choice(errored or writes)
     again = copy.deepcopy(call)
-    again["id"] = f"{call.get('id') or 'call'}_again"
+    # A fresh id in the shape of the call's own (nothing marks the copy as one).
+    taken = {c.get("id") for _, _, c in tool_calls_of(conversation)}
+    again["id"] = _fresh_id(str(call.get("id") or "call_0"), rng, taken)
     at = i + 1
     while at < len(messages) and messages[at].get("role") == "tool":
         at += 1
