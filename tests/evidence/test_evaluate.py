@@ -22,13 +22,15 @@ def test_paired_evaluation_writes_the_evidence(trained_runs, workspace, tmp_path
     case = results["cases"][0]
     assert {"output", "score", "breakdown", "truncated"} <= set(case["base"]) and "score" in case["candidate"]
     assert results["reward"]["name"] == "toy_digits"
-    # decoding follows the run's training config; base model from its manifest
-    assert results["decoding"]["max_new_tokens"] == 8 and results["decoding"]["temperature"] == 1.0
+    # greedy by default, whatever the run trained with (temperature 1.0, 8 new tokens); base model from its manifest
+    assert results["protocol"] == {"decoding": "greedy", "samples": 1, "temperature": 0.0, "max_new_tokens": 256,
+                                   "seed": None, "truncation": "failure"}
+    assert results["decoding"]["max_prompt_tokens"] == 512
     assert results["base_model"]["source"] == "local"
     s = results["statistics"]
     assert s["cases"] == 6 and s["interval"]["low"] <= s["mean_difference"] <= s["interval"]["high"]
-    assert 0 < s["p_value"] <= 1 and "exact" in s["p_value_method"]
-    assert 0 <= results["truncation"]["base"] <= 6 and results["truncation"]["max_new_tokens"] == 8
+    assert 0 < s["p_value"] <= 1 and s["unit"] == "case"
+    assert 0 <= results["truncation"]["base"] <= 6 and results["truncation"]["max_new_tokens"] == 256
     assert all(r["difference"] < 0 for r in results["regressions"])
     assert results["split_isolation"]["checked"] is True  # the run's dataset was found and checked
     manifest_adapter = json.loads((run / "manifest.json").read_text())["adapter"]["sha256"]

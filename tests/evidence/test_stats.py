@@ -79,7 +79,11 @@ def test_eval_results_evidence_block():
               "candidate": {"score": c, "truncated": False}} for i, (b, c) in
              enumerate([(0.2, 0.9), (0.5, 0.1), (0.4, 0.4), (0.8, 0.7)])]
     results = add_statistics({"decoding": {"seed": 0, "max_new_tokens": 8}, "cases": cases})
-    assert results["truncation"] == {"max_new_tokens": 8, "base": 1, "candidate": 0}
+    assert results["truncation"] == {"max_new_tokens": 8, "base": 1, "candidate": 0, "base_samples": None,
+                                     "candidate_samples": None, "cases": 4}
+    complete = results["complete_cases"]  # the gain where neither side was cut: c0 (base cut) left out
+    assert complete["cases"] == 3 and complete["ids_left_out"] == ["c0"]
+    assert complete["statistics"]["mean_difference"] == pytest.approx(((0.1 - 0.5) + 0 + (0.7 - 0.8)) / 3)
     assert [r["id"] for r in results["regressions"]] == ["c1", "c3"]  # worst first
     assert results["statistics"]["cases"] == 4 and "p_value" in results["statistics"]
     no_flags = add_statistics({"cases": [{"id": "a", "base": {"score": 0.1}, "candidate": {"score": 0.2}}]})

@@ -36,7 +36,8 @@ def test_tau_airline_curated_output_loads(tmp_path, chunksize):
     expected = sum(1 for _ in open(curated))
     ds = load(curated, tmp_path / "cache", **({"chunksize": chunksize} if chunksize else {}))
     assert len(ds) == expected > 100
-    assert ds.column_names == ["prompt", "completion", "continuation", "tools", "score", "metadata", "lineage"]
+    assert ds.column_names == ["prompt", "completion", "continuation", "tools", "score", "metadata", "lineage",
+                               "split"]
     calls = 0
     for row in ds:
         assert is_message_list(row["prompt"]) and is_message_list(row["completion"])

@@ -16,7 +16,7 @@ from stateset_agents.jsonio import digest, sha256_file
 from stateset_agents.pipeline.improve import decode_curated
 from stateset_agents.pipeline.overlap import find_overlaps
 
-OUTPUTS = ("graded.jsonl", "curated.jsonl", "held_out.jsonl", "improve_summary.json", "next_steps.md")
+OUTPUTS = ("graded.jsonl", "curated.jsonl", "validation.jsonl", "test.jsonl", "improve_summary.json", "next_steps.md")
 
 
 def rows(path: Path) -> list[dict]:
@@ -81,8 +81,10 @@ def test_grades_every_turn_and_curates_those_at_the_threshold(logs, tmp_path, ca
     summary = json.loads((out / "improve_summary.json").read_text())
     assert summary["counts"] == {
         "conversations": 4, "turns_graded": 6, "applicable": 6, "not_applicable": 0, "at_or_above_threshold": 4,
-        "curated": 4, "curated_conversations": 3, "held_out_conversations": 0, "held_out_prompts": 0,
+        "curated": 4, "curated_conversations": 3, "validation_conversations": 0, "validation_prompts": 0,
+        "test_conversations": 0, "test_prompts": 0, "held_out_conversations": 0, "held_out_prompts": 0,
         "held_out_turns_withheld": 0}
+    assert summary["schema_version"] == 2 and all(r["split"] == "train" for r in curated)
     assert summary["input"]["transcripts"]["sha256"] == sha256_file(logs / "transcripts.jsonl")
     assert summary["reward"] == {"name": "improve_toy", "version": "1.2.0", "config_sha256": digest({}),
                                  "component": "reward:improve_toy"}
@@ -93,7 +95,7 @@ def test_grades_every_turn_and_curates_those_at_the_threshold(logs, tmp_path, ca
     assert scores["histogram"]["counts"] == [0, 1, 0, 0, 0, 0, 1, 1, 0, 3]
     assert scores["checks"]["keyword"] == {"mean": pytest.approx(3.4 / 5), "n": 5}
     assert scores["checks"]["tool_call"] == {"mean": 1.0, "n": 1}
-    for name in ("graded.jsonl", "curated.jsonl"):
+    for name in ("graded.jsonl", "curated.jsonl", "validation.jsonl", "test.jsonl"):
         assert summary["outputs"][name]["sha256"] == sha256_file(out / name)
 
     printed = capsys.readouterr().out.strip().splitlines()[-1]
@@ -132,10 +134,125 @@ def test_train_command_is_runnable_as_printed(logs, tmp_path, capsys):
     argv = shlex.split(command)
     assert argv[:2] == ["stateset-agents", "train"]
     flags = dict(zip(argv[2::2], argv[3::2]))
-    assert flags == {"--dataset": str(out.resolve() / "curated.jsonl"), "--algorithm": "grpo",
-                     "--reward": "improve_toy", "--policy": str(policy.resolve()), "--base-model": "tiny/model",
-                     "--eval-prompts": flags["--eval-prompts"], "--output": "runs/improve_toy"}
-    assert flags["--eval-prompts"] in (str(out.resolve() / "held_out.jsonl"), "HELD_OUT_PROMPTS.jsonl")
+    expected = {"--dataset": str(out.resolve() / "curated.jsonl"), "--algorithm": "grpo", "--reward": "improve_toy",
+                "--policy": str(policy.resolve()), "--base-model": "tiny/model", "--output": "runs/improve_toy"}
+    summary = json.loads((out / "improve_summary.json").read_text())
+    if summary["counts"]["validation_prompts"]:
+        expected["--eval-prompts"] = str(out.resolve() / "validation.jsonl")
+    assert flags == expected
+
+
+def test_printed_commands_name_only_files_that_exist_and_parse_offline(tmp_path, capsys, monkeypatch):
+    """No --base-model named: the command names none (train's offline default), never a hub id; the split files it
+    names exist; and train's own argument parsing accepts it as printed."""
+    convs = [chat(f"c{i}", f"question {i} about my order", "GOOD reply") for i in range(40)]
+    write_transcripts(tmp_path / "in", convs)
+    out = tmp_path / "out"
+    assert run_cli("--transcripts", str(tmp_path / "in"), "--reward", "improve_toy", "--output", str(out),
+                   "--held-out", "0.2") == 0
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    next_steps = (out / "next_steps.md").read_text()
+    assert f"    {printed}" in next_steps
+    assert "HuggingFaceTB" not in printed + next_steps and "HELD_OUT_PROMPTS" not in printed + next_steps
+    argv = shlex.split(printed)
+    assert "--base-model" not in argv and argv[argv.index("--eval-prompts") + 1] == str(out.resolve() /
+                                                                                       "validation.jsonl")
+    for token in argv + shlex.split(next_steps.split("## Test, once")[1].split("## Look first")[0]
+                                    .replace("STEP", "3")):
+        if token.endswith(".jsonl"):
+            assert Path(token).is_file(), token
+
+    # Parse the printed command with train's own parser; stop where training would start.
+    import stateset_agents.runtimes as runtimes
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_load(name, **kwargs):
+        seen["component"] = name
+        raise Stop()
+
+    monkeypatch.setattr(runtimes, "load_component", fake_load)
+    with pytest.raises(Stop):
+        main(argv[1:])
+    assert seen["component"] == "trainer:grpo"
+
+
+def test_three_roles_split_by_group_never_by_row(tmp_path):
+    """Conversations of one task id land on one side whatever their openings; each split row records its role and
+    group; no group is on two sides; the validation slice of conversations without ids matches the old held-out
+    hash (so a rerun on the same logs keeps its validation set)."""
+    convs = []
+    for task in range(30):
+        for trial in range(3):
+            c = chat(f"t{task}-{trial}", f"trial {trial} of task {task}: different words {trial * 7 + task}",
+                     "GOOD reply")
+            c["metadata"] = {"task_id": task}
+            convs.append(c)
+    convs += [chat(f"free{i}", f"a question without a task {i}", "GOOD reply") for i in range(30)]
+    write_transcripts(tmp_path / "in", convs)
+    out = tmp_path / "out"
+    assert run_cli("--transcripts", str(tmp_path / "in"), "--reward", "improve_toy", "--output", str(out),
+                   "--held-out", "0.2") == 0
+    validation, test = rows(out / "validation.jsonl"), rows(out / "test.jsonl")
+    curated = rows(out / "curated.jsonl")
+    assert validation and test
+    assert {r["split"] for r in validation} == {"validation"} and {r["split"] for r in test} == {"test"}
+    side = {}
+    for role, items in (("validation", validation), ("test", test)):
+        for r in items:
+            side.setdefault(r["group"], set()).add(role)
+    for r in curated:
+        meta = decode_curated(r)["metadata"]
+        if "task_id" in meta:
+            side.setdefault(f"task_id={meta['task_id']}", set()).add("train")
+    assert all(len(roles) == 1 for roles in side.values()), {g: r for g, r in side.items() if len(r) > 1}
+    task_groups = [g for g in side if g.startswith("task_id=")]
+    assert len(task_groups) == 30  # every task somewhere, each whole
+    by_task = {}
+    for r in validation + test:
+        if r["group"].startswith("task_id="):
+            by_task.setdefault(r["group"], 0)
+            by_task[r["group"]] += 1
+    assert set(by_task.values()) == {3}  # all three trials of a held-out task are held out together
+    summary = json.loads((out / "improve_summary.json").read_text())
+    for role, name in (("validation", "validation.jsonl"), ("test", "test.jsonl")):
+        assert summary["splits"][role]["sha256"] == sha256_file(out / name)
+        assert summary["splits"][role]["prompts"] == len(rows(out / name))
+    from stateset_agents.pipeline.curated_rows import is_held_out
+
+    free_held = {r["lineage"]["conversation_id"] for r in validation if r["group"].startswith("opening:")}
+    assert free_held == {c["id"] for c in convs if c["id"].startswith("free") and is_held_out(c["messages"], 0.2)}
+
+
+def test_split_files_are_refused_by_the_training_loader(tmp_path):
+    from stateset_agents.errors import InputError
+    from stateset_plugins.trainers.data import load_dataset
+
+    convs = [chat(f"c{i}", f"question {i} about my order", "GOOD reply") for i in range(40)]
+    write_transcripts(tmp_path / "in", convs)
+    out = tmp_path / "out"
+    assert run_cli("--transcripts", str(tmp_path / "in"), "--reward", "improve_toy", "--output", str(out),
+                   "--held-out", "0.2") == 0
+    assert len(load_dataset(out / "curated.jsonl").rows) > 0
+    for name, role in (("validation.jsonl", "validation"), ("test.jsonl", "test")):
+        with pytest.raises(InputError, match=f"this is a {role} file") as err:
+            load_dataset(out / name)
+        assert f"{name}:1:" in str(err.value)
+        # a split row smuggled into a training file is refused by line, whatever the file is called
+        mixed = tmp_path / f"mixed-{role}.jsonl"
+        row = rows(out / name)[0]
+        row["completion"] = {"role": "assistant", "content": "x"}
+        mixed.write_bytes((out / "curated.jsonl").read_bytes() + orjson.dumps(row) + b"\n")
+        with pytest.raises(InputError, match=f"this is a {role} file") as err:
+            load_dataset(mixed)
+        assert f":{len(rows(out / 'curated.jsonl')) + 1}:" in str(err.value)
+    legacy = tmp_path / "held_out.jsonl"
+    legacy.write_bytes(b'{"id": "a#1", "prompt": [{"role": "user", "content": "hi"}]}\n')
+    with pytest.raises(InputError, match="held-out evaluation file"):
+        load_dataset(legacy)
 
 
 @pytest.mark.parametrize("suffix, text", [(".yaml", "min_words: 3\nnote: yaml\n"),
@@ -165,7 +282,7 @@ def test_batches_bound_each_grading_call_and_do_not_change_results(tmp_path):
                    "--batch-size", "2") == 0
     assert ToyReward.batch_sizes == [2, 2, 2, 1]
     assert run_cli("--transcripts", str(logs), "--reward", "improve_toy", "--output", str(tmp_path / "b")) == 0
-    for name in ("graded.jsonl", "curated.jsonl", "held_out.jsonl"):
+    for name in ("graded.jsonl", "curated.jsonl", "validation.jsonl", "test.jsonl"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
@@ -180,9 +297,10 @@ def test_held_out_slice_is_deterministic_and_never_trained_on(tmp_path):
     for out in ("o1", "o2"):
         assert run_cli("--transcripts", str(logs), "--reward", "improve_toy", "--output", str(tmp_path / out),
                        "--held-out", "0.2") == 0
-    assert (tmp_path / "o1" / "held_out.jsonl").read_bytes() == (tmp_path / "o2" / "held_out.jsonl").read_bytes()
+    for name in ("validation.jsonl", "test.jsonl"):
+        assert (tmp_path / "o1" / name).read_bytes() == (tmp_path / "o2" / name).read_bytes()
 
-    held = rows(tmp_path / "o1" / "held_out.jsonl")
+    held = rows(tmp_path / "o1" / "validation.jsonl") + rows(tmp_path / "o1" / "test.jsonl")
     curated = rows(tmp_path / "o1" / "curated.jsonl")
     summary = json.loads((tmp_path / "o1" / "improve_summary.json").read_text())
     held_ids = {h["lineage"]["conversation_id"] for h in held}
@@ -205,8 +323,8 @@ def test_held_out_prompts_start_after_a_user_message(tmp_path):
              for i in range(20)]
     write_transcripts(tmp_path / "in", convs)
     assert run_cli("--transcripts", str(tmp_path / "in"), "--reward", "improve_toy", "--output", str(tmp_path / "o"),
-                   "--held-out", "0.5") == 0
-    held = rows(tmp_path / "o" / "held_out.jsonl")
+                   "--held-out", "0.4") == 0
+    held = rows(tmp_path / "o" / "validation.jsonl") + rows(tmp_path / "o" / "test.jsonl")
     assert held and all(h["lineage"]["turn_index"] == 3 for h in held)
     # A bare greeting prompt would collide with every other conversation's: none is held out or clashes.
     assert find_overlaps(rows(tmp_path / "o" / "curated.jsonl"), held) == []

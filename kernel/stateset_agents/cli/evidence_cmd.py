@@ -20,6 +20,19 @@ def _decoding(temperature, max_new_tokens, seed) -> dict[str, Any]:
             if v is not None}
 
 
+def _protocol(samples, temperature, max_new_tokens, seed, allow_truncation) -> dict[str, Any]:
+    """The evaluation protocol flags (greedy unless --samples K --temperature T); a contradiction fails here, before
+    a model loads (the evaluator checks the whole protocol again)."""
+    from ..errors import InputError
+
+    if samples is not None and samples > 1 and not (temperature or 0) > 0:
+        raise InputError(f"{samples} samples per case need --temperature > 0 (greedy answers are all alike)",
+                         field="temperature")
+    values = {"samples": samples, "temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed,
+              "allow_truncation": allow_truncation or None}
+    return {k: v for k, v in values.items() if v is not None}
+
+
 def _progress():
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -41,8 +54,24 @@ def _render_statistics(title: str, results: dict[str, Any]) -> None:
     table.add_row("p-value (sign-flip, two-sided)", f"{_fmt(s.get('p_value'), 4)}")
     table.add_row("improved / regressed / same",
                   f"{totals.get('improved')} / {totals.get('regressed')} / {totals.get('unchanged')}")
-    table.add_row("truncated generations (base / adapter)",
-                  f"{_fmt(trunc.get('base'))} / {_fmt(trunc.get('candidate'))}")
+    protocol = results.get("protocol") or {}
+    if protocol:
+        shown = ("greedy" if protocol.get("decoding") == "greedy" else
+                 f"{protocol.get('samples')} sample(s) at temperature {protocol.get('temperature')}")
+        table.add_row("protocol", f"{shown}, up to {protocol.get('max_new_tokens')} new tokens, truncation "
+                                  f"{'= failure' if protocol.get('truncation') == 'failure' else 'graded'}")
+    table.add_row("truncated answers, cases (base / adapter)",
+                  f"{_fmt(trunc.get('base'))} / {_fmt(trunc.get('candidate'))} of {totals.get('cases')}")
+    complete = results.get("complete_cases") or {}
+    if complete.get("statistics"):
+        cs = complete["statistics"]
+        table.add_row("gain on cases neither side cut",
+                      f"{_fmt(cs.get('mean_difference'))} over {complete.get('cases')} cases, p "
+                      f"{_fmt(cs.get('p_value'), 4)}")
+    spread = results.get("sample_spread")
+    if spread:
+        table.add_row("per-case sd over samples (base / adapter)",
+                      f"{_fmt(spread['base']['mean_sd'])} / {_fmt(spread['candidate']['mean_sd'])} (mean)")
     worst = (results.get("regressions") or [])[:5]
     if worst:
         table.add_row("worst regressions", ", ".join(f"{r['id']} ({r['difference']:+.3f})" for r in worst))
@@ -54,10 +83,18 @@ def _render_statistics(title: str, results: dict[str, Any]) -> None:
 
 @app.command()
 def evaluate(
-    adapter: Path = typer.Option(..., "--adapter", help="Adapter directory (RUN/adapter or a registry entry's)."),
+    adapter: Optional[Path] = typer.Option(None, "--adapter",
+                                           help="Adapter directory (RUN/adapter, a checkpoint's, a registry entry's)."),
+    run: Optional[Path] = typer.Option(None, "--run", help="A run directory: its final adapter, or with --split test "
+                                                           "its nominated checkpoint."),
     prompts: Path = typer.Option(..., "--prompts", help="Held-out prompts: .txt (one a line) or .jsonl."),
     reward: Optional[str] = typer.Option(None, "--reward", help="Reward component: NAME or reward:NAME."),
-    output: Path = typer.Option(..., "--output", help="Folder for eval_results.json."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Folder for eval_results.json (with --split test: "
+                                                                 "default RUN/test/step-K)."),
+    split: Optional[str] = typer.Option(None, "--split", help="validation or test. test: the nominated checkpoint "
+                                                              "of --run, one look (recorded in the run)."),
+    again: bool = typer.Option(False, "--again", help="With --split test: look again at a checkpoint already "
+                                                      "looked at (recorded)."),
     base_model: Optional[str] = typer.Option(None, "--base-model",
                                              help="Default: the base model the adapter's run trained on."),
     policy: Optional[Path] = typer.Option(None, "--policy", help="Policy file (YAML/JSON) for the reward."),
@@ -66,21 +103,47 @@ def evaluate(
                                            help="Training rows to check for overlap (default: the run's dataset)."),
     drop_overlap: bool = typer.Option(False, "--drop-overlap",
                                       help="Drop held-out cases the training data contains instead of refusing."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Default: the run's (else 0, greedy)."),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Default: the run's (else 64)."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Default: the run's (else 0)."),
+    samples: Optional[int] = typer.Option(None, "--samples", help="Answers per case (default 1; more needs "
+                                                                  "--temperature > 0); a case scores their mean."),
+    temperature: Optional[float] = typer.Option(None, "--temperature",
+                                                help="Evaluation temperature (default 0: greedy, whatever the run "
+                                                     "trained with)."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens",
+                                                 help="Answer length cap (default 256); a cut answer is a failure."),
+    allow_truncation: bool = typer.Option(False, "--allow-truncation",
+                                          help="Grade cut answers instead of failing them."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default 0; greedy ignores it)."),
     runtime: str = typer.Option("inprocess", "--runtime", help="Where the evaluator runs."),
     reward_runtime: str = typer.Option("inprocess", "--reward-runtime", help="Where the reward runs."),
 ):
-    """Paired held-out evaluation: base model vs adapter on the same cases, same decoding and seed, one reward."""
-    from ..errors import StatesetError
+    """Paired held-out evaluation: base model vs adapter on the same cases, one protocol and one reward."""
+    from ..errors import InputError, StatesetError
+    from ..pipeline import nomination as nom
     from ..runtimes import load_component
 
+    if split not in (None, "validation", "test"):
+        raise InputError(f"--split is validation or test, got {split!r}", field="split")
+    if (adapter is None) == (run is None):
+        raise InputError("give --adapter DIR or --run RUN (one of them)", field="adapter")
+    nominated = None
+    if split == "test":
+        if run is None:
+            raise InputError("--split test evaluates a run's nominated checkpoint: give --run RUN, not --adapter",
+                             field="run")
+        nominated = nom.nomination_of(run)
+        nom.check_test_look(run, nominated, again=again)
+        adapter = run / nominated["adapter"]["path"]
+        output = output or run / nom.TEST_DIR / f"step-{nominated['step']:06d}"
+    elif again:
+        raise InputError("--again goes with --split test", field="again")
+    adapter = adapter or run / "adapter"
+    if output is None:
+        raise InputError("--output is required (except with --split test)", field="output")
     reward, reward_config = reward_and_config(reward, policy, reward_file)
     request = {"adapter": str(adapter), "prompts": str(prompts), "reward": reward,
                "reward_config": reward_config, "reward_runtime": reward_runtime, "output": str(output),
                "base_model": base_model, "dataset": str(dataset) if dataset else None, "drop_overlap": drop_overlap,
-               "decoding": _decoding(temperature, max_new_tokens, seed)}
+               "protocol": _protocol(samples, temperature, max_new_tokens, seed, allow_truncation), "split": split}
     last: dict[str, Any] = {}
     with load_component("evaluator:paired", runtime=runtime) as evaluator, _progress() as progress:
         task = progress.add_task("evaluating", total=None)
@@ -92,8 +155,30 @@ def evaluate(
                 err_console.print(event.get("message", ""), highlight=False)
     if last.get("type") != "completed":
         raise StatesetError(f"evaluation failed: {last.get('message') or 'no completed event'}")
-    _render_statistics("paired evaluation (descriptive: one run)", last["results"])
+    title = "paired evaluation (descriptive: one run)"
+    if nominated is not None:
+        look = nom.record_test_look(run, nominated, Path(last["output"]), last["results"], again=again)
+        title = f"test look at nominated checkpoint {nominated['step']}" + (" (again)" if look["again"] else "")
+    _render_statistics(title, last["results"])
     console.print(f"wrote {last['output']}")
+
+
+@app.command()
+def nominate(
+    run: Path = typer.Argument(..., help="A run directory."),
+    checkpoint: int = typer.Option(..., "--checkpoint", help="The checkpoint's step (see manifest.json `selection`)."),
+):
+    """Record the checkpoint to test (chosen on validation; the final one is not automatically the best)."""
+    from ..pipeline.nomination import nominate as record_nomination
+
+    record = record_nomination(run, checkpoint)
+    v = record.get("validation") or {}
+    console.print(f"nominated checkpoint {record['step']} of {run} (adapter sha256 {record['adapter']['sha256']}; "
+                  f"validation mean {_fmt(v.get('candidate_mean'))}, best on validation: "
+                  f"{record.get('best_on_validation')})", highlight=False)
+    if record["after_test_looks"]:
+        err_console.print(f"[yellow]note:[/] {record['after_test_looks']} test look(s) were already taken in this "
+                          "run; the nomination records it", highlight=False)
 
 
 # ----------------------------------------------------------------------------------------------------------- gate

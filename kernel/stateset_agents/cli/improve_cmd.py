@@ -24,8 +24,11 @@ def run_cmd(
                                           help="Policy file (YAML or JSON), given to the reward as config.policy."),
     runtime: str = typer.Option("inprocess", "--runtime", help="Where the reward runs: inprocess, subprocess or container."),
     held_out: float = typer.Option(DEFAULT_HELD_OUT, "--held-out",
-                                   help="Share of conversations held out for evaluation (0: none)."),
-    base_model: str = typer.Option(DEFAULT_BASE_MODEL, "--base-model", help="Base model named in the train command."),
+                                   help="Share of groups (task or customer id, else conversation) for validation, "
+                                        "and the same share again for test (0: none)."),
+    base_model: Optional[str] = typer.Option(DEFAULT_BASE_MODEL, "--base-model",
+                                             help="Base model named in the train command (default: none, so "
+                                                  "train loads its offline default)."),
     batch_size: int = typer.Option(DEFAULT_BATCH, "--batch-size", help="Conversations per grading call."),
     reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
 ):
@@ -66,6 +69,8 @@ def status_cmd(
         typer.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())
         return
     _render_summary(summary)
+    if summary.get("legacy"):
+        err_console.print(f"[yellow]note:[/] {summary['legacy']}", highlight=False)
     typer.echo(summary["train_command"])
 
 
@@ -81,8 +86,14 @@ def _render_summary(s: dict[str, Any]) -> None:
     table.add_row("conversations", f"{c['conversations']:,}")
     table.add_row("turns graded", f"{c['turns_graded']:,} ({c['applicable']:,} applicable)")
     table.add_row("curated", f"{c['curated']:,} turns from {c['curated_conversations']:,} conversations")
-    table.add_row("held out", f"{c['held_out_conversations']:,} conversations, {c['held_out_prompts']:,} prompts "
-                              f"({c['held_out_turns_withheld']:,} passing turns withheld)")
+    if "validation_prompts" in c:
+        table.add_row("validation", f"{c['validation_conversations']:,} conversations, "
+                                    f"{c['validation_prompts']:,} prompts")
+        table.add_row("test", f"{c['test_conversations']:,} conversations, {c['test_prompts']:,} prompts "
+                              f"({c['held_out_turns_withheld']:,} passing turns withheld in all)")
+    else:  # a schema-1 folder
+        table.add_row("held out", f"{c['held_out_conversations']:,} conversations, {c['held_out_prompts']:,} "
+                                  f"prompts ({c['held_out_turns_withheld']:,} passing turns withheld)")
     q = scores["quantiles"]
     table.add_row("score", f"mean {_fmt(scores['mean'])}; min {_fmt(q['p0'])} p25 {_fmt(q['p25'])} "
                            f"median {_fmt(q['p50'])} p75 {_fmt(q['p75'])} max {_fmt(q['p100'])}")

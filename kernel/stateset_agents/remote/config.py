@@ -53,6 +53,14 @@ def validation_errors(config: Any, *, base: Path | None = None) -> list[tuple[st
             value = config.get(key)
             if isinstance(value, str) and value and not resolve_path(value, base).is_file():
                 errors.append((key, f"file not found: {value}"))
+        dataset = config.get("dataset")
+        if isinstance(dataset, str) and dataset and resolve_path(dataset, base).is_file():
+            from ..pipeline.splits import refuse_evaluation_file
+
+            try:  # the same refusal as the local loader's, before anything is rented
+                refuse_evaluation_file(resolve_path(dataset, base))
+            except InputError as exc:
+                errors.append(("dataset", str(exc)))
     return errors
 
 

@@ -12,17 +12,38 @@ from stateset_agents.jsonio import load_json, sha256_file
 from stateset_agents.pipeline.lineage import base_model_reference
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-#: Decoding when neither the request nor the adapter's run manifest says otherwise.
-DEFAULT_DECODING = {"temperature": 0.0, "max_new_tokens": 64, "seed": 0, "max_prompt_tokens": 512}
-DECODING_KEYS = tuple(DEFAULT_DECODING)
+DEFAULT_MAX_PROMPT_TOKENS = 512
+DECODING_KEYS = ("temperature", "max_new_tokens", "seed", "max_prompt_tokens")
 
 
 def run_manifest_of(adapter: str | None) -> dict[str, Any] | None:
-    """The manifest.json beside an adapter directory (a run directory or a registry entry), if there is one."""
+    """The manifest.json of an adapter's run: beside RUN/adapter (or a registry entry's), or, for a checkpoint's
+    adapter (RUN/checkpoints/step-K/adapter), the run's."""
     if not adapter:
         return None
-    path = Path(adapter).parent / "manifest.json"
-    return load_json(path) if path.exists() else None
+    path = _manifest_path(Path(adapter))
+    return load_json(path) if path else None
+
+
+def _manifest_path(adapter: Path) -> Path | None:
+    beside = adapter.parent / "manifest.json"
+    if beside.exists():
+        return beside
+    if _checkpoint_step(adapter) is not None:
+        run = adapter.parent.parent.parent / "manifest.json"
+        return run if run.exists() else None
+    return None
+
+
+def _checkpoint_step(adapter: Path) -> int | None:
+    step_dir = adapter.parent
+    if step_dir.parent.name == "checkpoints" and step_dir.name.startswith("step-") and adapter.name == "adapter":
+        return int(step_dir.name.split("-")[1])
+    return None
+
+
+def manifest_path_of(adapter: str) -> Path | None:
+    return _manifest_path(Path(adapter))
 
 
 def resolve_base_model(requested: str | None, manifest: Mapping[str, Any] | None) -> str | None:
@@ -38,25 +59,36 @@ def resolve_base_model(requested: str | None, manifest: Mapping[str, Any] | None
     return None
 
 
-def resolve_decoding(requested: Mapping[str, Any] | None, manifest: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Explicit values, else the run's training config (so evaluate repeats train's held-out decoding), else
-    DEFAULT_DECODING."""
-    run_config = (manifest or {}).get("config") or {}
-    requested = requested or {}
-    out = {}
-    for key in DECODING_KEYS:
-        value = requested.get(key)
-        out[key] = value if value is not None else run_config.get(key, DEFAULT_DECODING[key])
-    return out
+def resolve_protocol(protocol: Mapping[str, Any] | None, decoding: Mapping[str, Any] | None,
+                     manifest: Mapping[str, Any] | None):
+    """The evaluation protocol of a request (`trainers.evaluation.EvalProtocol`): its ``protocol`` block, else an
+    older ``decoding`` block's temperature, max_new_tokens and seed; never the run's training sampling. And the
+    prompt length: the request's, else the run's training config (prompts are rendered as training rendered
+    them), else 512."""
+    from stateset_plugins.trainers.evaluation import EvalProtocol
+
+    values = dict(protocol or {})
+    for key in ("temperature", "max_new_tokens", "seed"):
+        if (decoding or {}).get(key) is not None:
+            values.setdefault(key, decoding[key])
+    prompt_tokens = (decoding or {}).get("max_prompt_tokens") or ((manifest or {}).get("config") or {}).get(
+        "max_prompt_tokens") or DEFAULT_MAX_PROMPT_TOKENS
+    return EvalProtocol.from_dict(values), int(prompt_tokens)
 
 
 def verify_adapter(adapter: str, manifest: Mapping[str, Any] | None) -> str:
-    """sha256 of the adapter weights; refuse weights that differ from what the run's manifest recorded."""
+    """sha256 of the adapter weights; refuse weights that differ from what the run's manifest recorded (the final
+    adapter's, or a checkpoint's validation record)."""
     weights = Path(adapter) / ADAPTER_WEIGHTS
     if not weights.exists():
         raise InputError(f"no {ADAPTER_WEIGHTS} in the adapter directory", path=str(adapter))
     sha = sha256_file(weights)
-    recorded = ((manifest or {}).get("adapter") or {}).get("sha256")
+    step = _checkpoint_step(Path(adapter))
+    if step is None:
+        recorded = ((manifest or {}).get("adapter") or {}).get("sha256")
+    else:
+        records = ((manifest or {}).get("selection") or {}).get("checkpoints") or []
+        recorded = next((r.get("adapter_sha256") for r in records if r.get("step") == step), None)
     if recorded and recorded != sha:
         raise InputError(f"the adapter weights' sha256 ({sha[:12]}...) differs from the run manifest's "
                          f"({recorded[:12]}...): the file changed after training", path=str(weights))

@@ -7,14 +7,17 @@ Request fields:
   ``reward_runtime`` ("inprocess");
 * ``base_model``: path, .gguf, hub id; default: the base model in the adapter's run manifest, else the offline
   default;
-* ``decoding``: ``temperature``, ``max_new_tokens``, ``seed``, ``max_prompt_tokens``; each defaults to the run's
-  training config, else `model_session.DEFAULT_DECODING`;
+* ``protocol``: ``samples`` (1), ``temperature`` (0: greedy), ``max_new_tokens`` (256), ``seed`` (0),
+  ``allow_truncation`` (False: a cut answer scores 0, ungraded); the evaluation's own, never the run's training
+  sampling (`trainers.evaluation.EvalProtocol`). ``max_prompt_tokens``: the run's training config, else 512.
+  (A request's older ``decoding`` block is read as the protocol's temperature, max_new_tokens and seed.)
 * ``dataset`` (the training rows to check for overlap; default: the run manifest's dataset, when it is on disk),
   ``drop_overlap`` (drop colliding cases instead of refusing);
 * ``output``: directory for eval_results.json (optional: the completed event carries the results either way);
 * ``reuse``: an existing eval_results.json to reuse instead of generating, when its cases, reward identity and
-  decoding are those of this request (the gate uses this for runs already evaluated on the same prompts);
+  protocol are those of this request (results of another protocol, or of none recorded, are never reused) (the gate uses this for runs already evaluated on the same prompts);
 * ``batch_size`` (16): cases generated at once; each batch is seeded alike for both sides, so pairs stay paired.
+* ``split``: the role the caller evaluates (`validation`, `test`); a file whose rows record another role is refused.
 """
 from __future__ import annotations
 
@@ -29,41 +32,24 @@ from stateset_agents.pipeline.overlap import isolate_cases
 from stateset_agents.stats import paired_totals
 
 from . import VERSION
-from .model_session import (load_session, resolve_base_model, resolve_decoding, reward_component, run_manifest_of,
+from .model_session import (load_session, manifest_path_of, resolve_base_model, resolve_protocol, reward_component, run_manifest_of,
                             verify_adapter)
 
 REQUIRED = ("prompts", "adapter", "reward")
 RESULTS_FILE = "eval_results.json"
 
 
-class _TruncationRecorder:
-    """Passes calls to the backend and notes which generations ran into max_new_tokens, in call order (the
-    trainer's `evaluate` answers base first, then candidate)."""
-
-    def __init__(self, backend):
-        self._backend = backend
-        self.calls: list[list[bool]] = []
-
-    def generate(self, prompts, **kwargs):
-        generations = self._backend.generate(prompts, **kwargs)
-        self.calls.append([g.truncated for g in generations])
-        return generations
-
-    def __getattr__(self, name):
-        return getattr(self._backend, name)
-
-
 def _case_key(case: Mapping[str, Any]) -> tuple[str, Any]:
     return str(case.get("id")), case.get("prompt")
 
 
-def reusable(existing: Mapping[str, Any], cases, identity: Mapping[str, Any], decoding: Mapping[str, Any]) -> bool:
+def reusable(existing: Mapping[str, Any], cases, identity: Mapping[str, Any], protocol: Mapping[str, Any]) -> bool:
     """Whether earlier results answer exactly this request: same cases (id and prompt, in order), same reward
-    identity, same decoding."""
+    identity, same protocol (greedy or K samples at T, max_new_tokens, truncation rule). Results that record no
+    protocol came from an older release, whose answers were sampled at the training temperature: never reused."""
     if (existing.get("reward") or {}) != dict(identity):
         return False
-    recorded = existing.get("decoding") or {}
-    if any(recorded.get(k) != decoding.get(k) for k in ("temperature", "max_new_tokens", "seed")):
+    if (existing.get("protocol") or None) != dict(protocol):
         return False
     return [_case_key(c) for c in existing.get("cases") or []] == [_case_key(c) for c in cases]
 
@@ -91,8 +77,9 @@ class PairedEvaluator(Evaluator):
         adapter = str(request["adapter"])
         manifest = run_manifest_of(adapter)
         adapter_sha = verify_adapter(adapter, manifest)
-        cases = load_eval_prompts(request["prompts"])
-        decoding = resolve_decoding(request.get("decoding"), manifest)
+        cases, role = load_eval_prompts(request["prompts"], with_split=True)
+        check_role(role, request.get("split"), str(request["prompts"]))
+        protocol, max_prompt_tokens = resolve_protocol(request.get("protocol"), request.get("decoding"), manifest)
         base_model = resolve_base_model(request.get("base_model"), manifest)
 
         dataset_path = self._training_dataset(request, manifest)
@@ -111,21 +98,22 @@ class PairedEvaluator(Evaluator):
             results = None
             if request.get("reuse") and Path(request["reuse"]).exists():
                 existing = load_json(request["reuse"])
-                if reusable(existing, cases, identity, decoding):
+                if reusable(existing, cases, identity, protocol.describe()):
                     results = dict(existing)
                     results["reused_from"] = str(request["reuse"])
-                    yield {"type": "log", "message": f"reusing {request['reuse']} (same cases, reward, decoding)"}
+                    yield {"type": "log", "message": f"reusing {request['reuse']} (same cases, reward, protocol)"}
             if results is None:
-                results = yield from self._generate(base_model, adapter, decoding, cases, reward, request, evaluate)
+                results = yield from self._generate(base_model, adapter, protocol, max_prompt_tokens, cases, reward,
+                                                    request, evaluate)
         results.update({
             "evaluator": {"component": self.full_name, "version": self.version},
             "adapter": {"path": adapter, "sha256": adapter_sha},
-            "run": ({"run_id": manifest.get("run_id"), "manifest_sha256": sha256_file(Path(adapter).parent /
-                                                                                     "manifest.json")}
+            "run": ({"run_id": manifest.get("run_id"), "manifest_sha256": sha256_file(manifest_path_of(adapter))}
                     if manifest else None),
             "prompts": {"path": str(request["prompts"]), "sha256": sha256_file(request["prompts"]),
-                        "cases": len(cases)},
+                        "cases": len(cases), "split": role},
             "split_isolation": isolation,
+            "split": request.get("split") or role or "unspecified",
         })
         add_statistics(results)
         if request.get("output"):
@@ -141,30 +129,35 @@ class PairedEvaluator(Evaluator):
         recorded = ((manifest or {}).get("dataset") or {}).get("path")
         return recorded if recorded and Path(recorded).exists() else None
 
-    def _generate(self, base_model, adapter, decoding, cases, reward, request, evaluate):
+    def _generate(self, base_model, adapter, protocol, max_prompt_tokens, cases, reward, request, evaluate):
         yield {"type": "log", "message": f"loading base model {base_model or '(offline default)'} and the adapter"}
-        session = load_session(base_model, adapter, decoding)
-        recorder = _TruncationRecorder(session.backend)
-        config = session.config()
+        session = load_session(base_model, adapter, {"temperature": protocol.temperature,
+                                                     "max_new_tokens": protocol.max_new_tokens, "seed": protocol.seed,
+                                                     "max_prompt_tokens": max_prompt_tokens})
         batch = int(request.get("batch_size") or 16)
         rows: list[dict[str, Any]] = []
         first: dict[str, Any] = {}
         for start in range(0, len(cases), batch):
             if self.cancelled:
                 raise StatesetError("cancelled")
-            chunk = cases[start:start + batch]
-            recorder.calls.clear()
-            part = evaluate(recorder, session.renderer, reward, chunk, config)
+            part = evaluate(session.backend, session.renderer, reward, cases[start:start + batch], protocol)
             first = first or part
-            base_flags, cand_flags = recorder.calls[0], recorder.calls[-1]
-            for row, b, c in zip(part["cases"], base_flags, cand_flags):
-                row["base"].setdefault("truncated", b)
-                row["candidate"].setdefault("truncated", c)
             rows.extend(part["cases"])
             yield {"type": "progress", "step": len(rows), "total": len(cases)}
         base = [r["base"]["score"] for r in rows]
         cand = [r["candidate"]["score"] for r in rows]
-        return {"reward": first["reward"], "decoding": {**first["decoding"],
-                                                          "max_prompt_tokens": decoding["max_prompt_tokens"],
-                                                          "batch_size": batch},
+        return {"reward": first["reward"], "protocol": first["protocol"],
+                "decoding": {**first["decoding"], "max_prompt_tokens": max_prompt_tokens, "batch_size": batch},
                 "base_model": session.base_model, "totals": paired_totals(base, cand), "cases": rows}
+
+
+def check_role(role: str | None, asked: str | None, path: str) -> None:
+    """A file's recorded role must be the one asked for: a test file is looked at only through `--split test`
+    (which keeps the ledger of test looks), and a validation file is never passed off as test."""
+    if role == "test" and asked != "test":
+        raise InputError("this is a test file (its rows say split: test); evaluate a nominated checkpoint on it "
+                         "with `evaluate --run RUN --split test` (one look per checkpoint, recorded)", path=path,
+                         field="split")
+    if asked and role and role != asked:
+        raise InputError(f"asked for the {asked} split, but the file's rows say split: {role}", path=path,
+                         field="split")

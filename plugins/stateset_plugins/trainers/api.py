@@ -16,15 +16,24 @@ import uuid
 from typing import Any, ClassVar, Iterator, Mapping
 
 from stateset_agents.errors import InputError, StatesetError
-from stateset_agents.jsonio import load_json, write_json
+from stateset_agents.jsonio import load_json, sha256_file, write_json
 
 from .backend import LocalTorchBackend
 from .data import ChatRenderer, Dataset, load_dataset
 from .engine import Engine
-from .evaluation import evaluate, load_eval_prompts
+from .evaluation import EvalProtocol, evaluate, load_eval_prompts
 from .manifest import write_manifest
 from .objectives import get_objective
+from .parent import InitAdapter
 from .rundir import RunDir, seed_everything
+from .selection import CheckpointValidator, best_step, checkpoint_table, read_records, truncate_records
+
+
+def refuse_test_file(role: str | None, path) -> None:
+    if role == "test":
+        raise InputError("this is a test file (its rows say split: test): train evaluates checkpoints on the "
+                         "validation file only; the test file is for one look at a nominated checkpoint "
+                         "(`nominate`, then `evaluate --split test`)", path=str(path), field="eval_prompts")
 
 
 class TrainingFailed(StatesetError):
@@ -55,7 +64,8 @@ class BaseTrainer:
     def __init__(self, model, tokenizer, reward=None, dataset=None, config=None, *, output_dir=None,
                  eval_prompts=None, resume: bool = False, overwrite: bool = False, base_model_info=None,
                  backend=None, handle_signals: bool = False, stop: threading.Event | None = None,
-                 drop_overlap: bool = False):
+                 drop_overlap: bool = False, eval_protocol: EvalProtocol | Mapping[str, Any] | None = None,
+                 validate_checkpoints: bool = True, init_adapter: str | None = None):
         self.objective = get_objective(self.algorithm)
         self.config = make_config(self.algorithm, config)
         if dataset is None:
@@ -64,8 +74,15 @@ class BaseTrainer:
         self.base_model_info = base_model_info or {"source": "in-memory",
                                                    "name": getattr(getattr(model, "config", None), "_name_or_path",
                                                                    None)}
-        self.cases = (load_eval_prompts(eval_prompts) if isinstance(eval_prompts, (str, bytes)) or
-                      hasattr(eval_prompts, "__fspath__") else list(eval_prompts or []))
+        self.eval_protocol = (eval_protocol if isinstance(eval_protocol, EvalProtocol) else
+                              EvalProtocol.from_dict({"seed": self.config.seed, **dict(eval_protocol or {})}))
+        self.eval_split, self.eval_sha256 = None, None
+        if isinstance(eval_prompts, (str, bytes)) or hasattr(eval_prompts, "__fspath__"):
+            self.cases, self.eval_split = load_eval_prompts(eval_prompts, with_split=True)
+            self.eval_sha256 = sha256_file(eval_prompts)
+            refuse_test_file(self.eval_split, eval_prompts)
+        else:
+            self.cases = list(eval_prompts or [])
         # Split isolation: a training row whose prompt is a held-out case would make the evaluation meaningless.
         self.split_isolation = None
         if self.cases:
@@ -91,8 +108,19 @@ class BaseTrainer:
         self.renderer = ChatRenderer(tokenizer, self.config.max_prompt_tokens)
         self.engine = Engine(self.backend, self.renderer, self.objective, self.config, self.dataset, self.reward,
                              self.run_dir, handle_signals=handle_signals, stop=stop)
+        # An SFT parent's adapter as the starting point; on resume the checkpoint's weights replace it, and the
+        # identity check makes sure the checkpoint descends from the same parent.
+        self.parent = InitAdapter.open(init_adapter) if init_adapter else None
+        if self.parent:
+            self.parent.check_base_model(self.base_model_info)
+        self.validator = (CheckpointValidator(self.backend, self.renderer, self.reward, self.cases, self.eval_protocol,
+                                              self.eval_split, self.eval_sha256)
+                          if self.cases and self.reward is not None and validate_checkpoints and self.run_dir
+                          else None)
         if resume:
             self._resume()
+        elif self.parent:
+            self.parent.load_into(self.backend)
 
     def _make_reward(self, reward):
         return reward
@@ -104,12 +132,14 @@ class BaseTrainer:
     def _identity(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm, "config": self.config.to_dict(),
                 "dataset_sha256": self.dataset.sha256, "dataset_rows": len(self.dataset.rows),
-                "base_model": self.base_model_info}
+                "base_model": self.base_model_info,
+                "init_adapter_sha256": self.parent.adapter_sha256 if self.parent else None}
 
     def _resume(self) -> None:
         path = self.run_dir.latest_checkpoint()
         state = load_json(path / "state.json")
-        saved = {k: state.get(k) for k in ("algorithm", "config", "dataset_sha256", "dataset_rows", "base_model")}
+        saved = {k: state.get(k) for k in ("algorithm", "config", "dataset_sha256", "dataset_rows", "base_model",
+                                           "init_adapter_sha256")}
         current = self._identity()
         if saved != current:
             lines = _differences(saved["config"] or {}, current["config"])
@@ -123,13 +153,23 @@ class BaseTrainer:
         self.run_id = state.get("run_id", self.run_id)
         self.started_at = state.get("started_at", self.started_at)
         self.run_dir.truncate_metrics(self.engine.step)
+        truncate_records(self.run_dir.path, self.engine.step)
+        best = best_step(read_records(self.run_dir.path))
+        self.engine.protected_steps = {best} if best is not None else set()
 
     def events(self) -> Iterator[dict[str, Any]]:
         cfg, engine = self.config, self.engine
         yield {"type": "log", "message": f"{self.algorithm}: {cfg.steps} updates from step {engine.step}, "
                                          f"{len(self.dataset.rows)} rows"}
         extra = {**self._identity(), "run_id": self.run_id, "started_at": self.started_at}
-        yield from engine.run(extra)
+        last_validated: dict[str, Any] | None = None
+        for event in engine.run(extra):
+            yield event
+            if event.get("type") == "checkpoint" and self.validator is not None:
+                last_validated = self._validate_checkpoint(event)
+                yield {"type": "log", "message": f"checkpoint {event['step']}: validation mean "
+                                                 f"{last_validated['record']['candidate_mean']:.4f} (base "
+                                                 f"{last_validated['record']['base_mean']:.4f})"}
         if engine.failure:
             self._write_manifest("failed", None, engine.failure)
             yield {"type": "failed", **engine.failure}
@@ -137,24 +177,44 @@ class BaseTrainer:
         eval_results = None
         if self.run_dir:
             self.run_dir.write_adapter(self.backend)
-        if self.cases and self.reward is not None:
+        if last_validated is not None and last_validated["record"]["step"] == engine.step:
+            eval_results = last_validated["results"]  # the final checkpoint is the final adapter: evaluated once
+        elif self.cases and self.reward is not None:
             yield {"type": "log", "message": f"evaluating {len(self.cases)} held-out prompts (base vs adapter)"}
-            eval_results = evaluate(self.backend, self.renderer, self.reward, self.cases, cfg)
-            if self.run_dir:
-                write_json(self.run_dir.path / "eval_results.json", eval_results)
-        summary = eval_results and {"totals": eval_results["totals"], "reward": eval_results["reward"]}
+            eval_results = (self.validator.evaluate() if self.validator else
+                            evaluate(self.backend, self.renderer, self.reward, self.cases, self.eval_protocol))
+        if eval_results is not None and self.run_dir:
+            write_json(self.run_dir.path / "eval_results.json", eval_results)
+        summary = eval_results and {"totals": eval_results["totals"], "reward": eval_results["reward"],
+                                    "protocol": eval_results.get("protocol"), "split": eval_results.get("split"),
+                                    "truncation": eval_results.get("truncation")}
         self._write_manifest("completed", summary, None)
         yield {"type": "completed", "step": engine.step, "run_id": self.run_id,
                "output": str(self.run_dir.path) if self.run_dir else None, "eval": summary}
+
+    def _validate_checkpoint(self, event: Mapping[str, Any]) -> dict[str, Any]:
+        from pathlib import Path
+
+        done = self.validator.at_checkpoint(self.run_dir, int(event["step"]), Path(event["path"]))
+        best = best_step(read_records(self.run_dir.path))
+        self.engine.protected_steps = {best} if best is not None else set()
+        return done
 
     def _write_manifest(self, status: str, eval_summary, failure) -> None:
         if not self.run_dir:
             return
         identity = self.reward.identity() if self.reward is not None else None
+        records = checkpoint_table(self.run_dir.path)
+        selection = {"split": self.eval_split or ("unspecified" if self.cases else None),
+                     "prompts_sha256": self.eval_sha256, "protocol": self.eval_protocol.describe(),
+                     "checkpoints": records, "best_on_validation": best_step(records),
+                     "note": "the final checkpoint is not automatically the best: `stateset-agents nominate RUN "
+                             "--checkpoint K` records the one to test"}
         write_manifest(self.run_dir.path, run_id=self.run_id, status=status, algorithm=self.algorithm,
                        config=self.config, base_model=self.base_model_info, dataset=self.dataset,
                        committed=self.engine.step, reward=identity, eval_summary=eval_summary, failure=failure,
-                       started_at=self.started_at, split_isolation=self.split_isolation)
+                       started_at=self.started_at, split_isolation=self.split_isolation,
+                       selection=selection, parent=self.parent.lineage() if self.parent else None)
 
     def train(self) -> dict[str, Any]:
         last: dict[str, Any] = {}

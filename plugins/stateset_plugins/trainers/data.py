@@ -3,6 +3,8 @@
 Rows are curated prompt-completion rows (``prompt``, ``completion``, ``tools``, ``metadata``, ``lineage``); for
 multi-turn training a row may also carry ``continuation``: the recorded messages after the completion (user turns,
 tool results, later assistant turns). A row of ``{"messages": [...]}`` is split at its first assistant turn.
+A row whose ``split`` says validation or test (what `improve run` writes beside curated.jsonl) is refused: the
+evaluation splits never train (`stateset_agents.pipeline.splits`).
 """
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ def normalise_row(row: Any, where: str, line: int | None) -> dict[str, Any]:
     if not isinstance(row, Mapping):
         raise InputError("a training row must be a JSON object", path=where, line=line)
     from stateset_agents.pipeline.improve import decode_curated
+    from stateset_agents.pipeline.splits import LEGACY_HELD_OUT, refuse_evaluation_row
 
+    refuse_evaluation_row(row, where, line)  # validation and test rows never train
     try:  # curated.jsonl keeps `tools` and `metadata` as JSON text (one Arrow type per column)
         row = decode_curated(row)
     except ValueError as exc:
@@ -46,6 +50,9 @@ def normalise_row(row: Any, where: str, line: int | None) -> dict[str, Any]:
         raise InputError("'prompt' must be a list of messages with a role", path=where, line=line, field="prompt")
     if isinstance(completion, list) and len(completion) == 1:
         completion = completion[0]
+    if completion is None and os.path.basename(where) == LEGACY_HELD_OUT:
+        raise InputError("this is a held-out evaluation file (held_out.jsonl: prompts, no completions); training "
+                         "never reads evaluation rows: train on curated.jsonl", path=where, line=line)
     if not isinstance(completion, Mapping) or completion.get("role") != "assistant":
         raise InputError("'completion' must be one assistant message", path=where, line=line, field="completion")
     row["completion"] = dict(completion)

@@ -37,6 +37,7 @@ class Engine:
         self.cursor = Cursor(len(self.rows), config.seed)
         self.failure: dict[str, Any] | None = None
         self.last_checkpoint: int | None = None
+        self.protected_steps: set[int] = set()  # checkpoints never deleted (the best on validation so far)
         self._stop = stop or threading.Event()  # a component's cancel event plugs in here
         self._stop_reason = ""
         self._tb = _tensorboard(run_dir)
@@ -142,7 +143,8 @@ class Engine:
                                   f"updates; {hint}", resumable=bool(self.run_dir))
 
     def _checkpoint(self, extra) -> dict[str, Any]:
-        path = self.run_dir.save_checkpoint(self.step, self.backend, self.state(extra), self.config.keep_checkpoints)
+        path = self.run_dir.save_checkpoint(self.step, self.backend, self.state(extra), self.config.keep_checkpoints,
+                                            protect=self.protected_steps)
         self.last_checkpoint = self.step
         return {"type": "checkpoint", "step": self.step, "path": str(path)}
 

@@ -9,7 +9,8 @@ from typing import Any
 
 from stateset_agents.jsonio import sha256_file, write_json
 
-SCHEMA_VERSION = 1
+#: 2: `selection` (validation of each checkpoint, the protocol) and `parent` (--init-adapter).
+SCHEMA_VERSION = 2
 _PACKAGES = ("stateset-agents", "torch", "transformers", "peft", "safetensors", "numpy", "tokenizers")
 
 
@@ -44,7 +45,8 @@ def lineage(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def write_manifest(run_path: Path, *, run_id: str, status: str, algorithm: str, config, base_model: dict,
                    dataset, committed: int, reward: dict | None, eval_summary: dict | None,
                    failure: dict | None = None, started_at: float | None = None,
-                   split_isolation: dict | None = None) -> dict[str, Any]:
+                   split_isolation: dict | None = None, selection: dict | None = None,
+                   parent: dict | None = None) -> dict[str, Any]:
     adapter = run_path / "adapter" / "adapter_model.safetensors"
     manifest = {
         "schema_version": SCHEMA_VERSION,
@@ -65,6 +67,8 @@ def write_manifest(run_path: Path, *, run_id: str, status: str, algorithm: str, 
         "eval_summary": eval_summary,
         "failure": failure,
         "split_isolation": split_isolation,
+        "selection": selection,
+        "parent": parent,
         "software": software_versions(),
         "started_at": started_at,
         "finished_at": time.time(),

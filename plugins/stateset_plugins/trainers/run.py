@@ -4,7 +4,10 @@ Request fields: ``algorithm``, ``dataset`` (path), ``reward`` (a reward componen
 ``--policy`` arrives as ``{"policy": content}``), ``reward_runtime`` ("inprocess"), ``base_model`` (path, hub id,
 .gguf, or None for the offline default), ``eval_prompts`` (path), ``output`` (run directory), ``config`` (dict of
 objective fields), ``steps``/``seed``/``save_every`` (override ``config``), ``resume``, ``overwrite``,
-``backend`` ({"kind": "river", "run_id", ...}: a hosted backend, see `river_backend`; default: local torch).
+``backend`` ({"kind": "river", "run_id", ...}: a hosted backend, see `river_backend`; default: local torch),
+``eval`` (the evaluation protocol: ``samples``, ``temperature``, ``max_new_tokens``, ``allow_truncation``; default
+greedy, see `evaluation.EvalProtocol`), ``validate_checkpoints`` (True: each checkpoint is evaluated on
+``eval_prompts``, the validation split), ``init_adapter`` (a parent run's adapter to start from).
 Everything cheap is validated before the model loads, so a bad flag fails in a second, not after a download.
 """
 from __future__ import annotations
@@ -80,7 +83,18 @@ def _train(request, reward, stop, handle_signals) -> Iterator[dict[str, Any]]:
     if not request.get("output"):
         raise InputError("an output directory is required", field="output")
     dataset = load_dataset(request["dataset"])
-    cases = load_eval_prompts(request["eval_prompts"]) if request.get("eval_prompts") else []
+    from .evaluation import EvalProtocol
+
+    protocol = EvalProtocol.from_dict({"seed": config.seed, **dict(request.get("eval") or {})})
+    eval_prompts = request.get("eval_prompts")
+    if eval_prompts:  # a bad file, a test file or a missing parent fails before the model loads
+        from .api import refuse_test_file
+
+        refuse_test_file(load_eval_prompts(eval_prompts, with_split=True)[1], eval_prompts)
+    if request.get("init_adapter"):
+        from .parent import InitAdapter
+
+        InitAdapter.open(request["init_adapter"])
     resume, overwrite = bool(request.get("resume")), bool(request.get("overwrite"))
     RunDir(request["output"]).check(resume=resume, overwrite=overwrite)  # before the model loads
     with _reward(request, reward) as grader:
@@ -96,9 +110,11 @@ def _train(request, reward, stop, handle_signals) -> Iterator[dict[str, Any]]:
         trainer = None
         try:
             trainer = TRAINERS[algorithm](model, tokenizer, reward=grader, dataset=dataset, config=config,
-                                          output_dir=request["output"], eval_prompts=cases, resume=resume,
+                                          output_dir=request["output"], eval_prompts=eval_prompts, resume=resume,
                                           overwrite=overwrite, base_model_info=info, handle_signals=handle_signals,
-                                          stop=stop, drop_overlap=bool(request.get("drop_overlap")), backend=backend)
+                                          stop=stop, drop_overlap=bool(request.get("drop_overlap")), backend=backend,
+                                          eval_protocol=protocol, init_adapter=request.get("init_adapter"),
+                                          validate_checkpoints=request.get("validate_checkpoints", True) is not False)
             yield from trainer.events()
         finally:
             close = getattr(getattr(trainer, "backend", None), "close", None)

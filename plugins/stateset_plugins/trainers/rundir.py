@@ -5,7 +5,10 @@
         adapter/           the adapter at that committed update
         training_state.pt  optimizer, scheduler, RNG states (python, numpy, torch)
         state.json         step, data cursor, config and its digest, dataset and base-model identity
+        validation_results.json  the checkpoint on the validation prompts (when train was given them)
     RUN/metrics.jsonl      one line per committed update
+    RUN/checkpoint_validation.jsonl  one line per validated checkpoint (`selection`)
+    RUN/nomination.json, RUN/test_looks.jsonl, RUN/test/step-K/  the nominated checkpoint and its test looks
     RUN/eval_results.json, RUN/manifest.json
 
 A checkpoint is built in a hidden temporary directory and renamed into place, so a kill leaves only whole
@@ -27,6 +30,9 @@ from stateset_agents.errors import InputError
 from stateset_agents.jsonio import atomic_write, dumps_line, load_json, write_json
 
 RUN_MARKERS = ("manifest.json", "checkpoints", "metrics.jsonl", "adapter")
+#: What a run writes besides its markers; --overwrite removes these too, so nothing of the old run survives.
+RUN_RECORDS = ("eval_results.json", "tensorboard", "checkpoint_validation.jsonl", "nomination.json",
+               "test_looks.jsonl", "test")
 
 
 def rng_state() -> dict[str, Any]:
@@ -74,7 +80,7 @@ class RunDir:
         if resume:
             return
         if overwrite and self.holds_run():
-            for name in (*RUN_MARKERS, "eval_results.json", "tensorboard"):
+            for name in (*RUN_MARKERS, *RUN_RECORDS):
                 target = self.path / name
                 if target.is_dir():
                     shutil.rmtree(target)
@@ -93,7 +99,10 @@ class RunDir:
         dirs = self.checkpoint_dirs()
         return dirs[-1] if dirs else None
 
-    def save_checkpoint(self, step: int, backend, state: dict[str, Any], keep: int) -> Path:
+    def save_checkpoint(self, step: int, backend, state: dict[str, Any], keep: int,
+                        protect: frozenset[int] | set[int] = frozenset()) -> Path:
+        """Write checkpoint `step` and delete all but the `keep` most recent, except the steps in `protect` (the
+        best one on validation so far, which a person may still nominate)."""
         final = self.checkpoints / f"step-{step:06d}"
         tmp = self.checkpoints / f".step-{step:06d}.tmp"
         if tmp.exists():
@@ -107,7 +116,8 @@ class RunDir:
             shutil.rmtree(final)
         os.replace(tmp, final)
         for old in self.checkpoint_dirs()[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            if int(old.name.split("-")[1]) not in protect:
+                shutil.rmtree(old, ignore_errors=True)
         return final
 
     @staticmethod
