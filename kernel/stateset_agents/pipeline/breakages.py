@@ -37,7 +37,7 @@ DESCRIPTIONS = {
 }
 
 # Tools are classified as docs/rewards.md describes (a declared readOnlyHint, else the name's first word): a
-# write is a state change, the kind of call that claimed_action, ungrounded_argument and renamed_call target first.
+# write is a state change, the kind of call the call breakages target first.
 _READ_VERBS = frozenset({"get", "list", "search", "find", "lookup", "look", "fetch", "read", "query", "check",
                          "calculate", "compute", "think", "view", "show", "describe", "retrieve", "count",
                          "validate", "verify"})
@@ -276,8 +276,9 @@ def _new_digits(run: str, rng: random.Random, in_id: bool) -> str:
     if not in_id and len(run) <= 2:
         value = str(rng.choice([v for v in range(1, 29) if v != int(run)]))
         return value.zfill(len(run)) if run.startswith("0") else value
-    first = rng.choice("123456789") if run[0] != "0" else "0"
-    return first + "".join(rng.choice("0123456789") for _ in run[1:])
+    if in_id:
+        return "".join(rng.choice("0123456789") for _ in run)
+    return rng.choice("123456789") + "".join(rng.choice("0123456789") for _ in run[1:])
 
 
 def _new_letters(text: str, rng: random.Random) -> str:

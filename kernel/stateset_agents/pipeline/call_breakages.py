@@ -136,7 +136,7 @@ def renamed_call(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyP
     calls = tool_calls_of(conversation)
     if len(declared) < 2 or not calls:
         return None
-    group = next(g for g in _decisions_first(calls, declared) + [calls] if g)
+    group = next(g for g in _decisions_first(calls, declared) if g)  # every call is of one of the kinds
     i, j, call = rng.choice(group)
     name = call["function"]["name"]
     kind = tool_kind(name, declared.get(name))
@@ -281,10 +281,11 @@ def claimed_action(conversation: Mapping[str, Any], *, seed: int = 0, pool: Repl
     called = {c["function"]["name"] for _, _, c in tool_calls_of(conversation)}
     write_tools = sorted(n for n, d in declared.items() if tool_kind(n, d) == "write")
     fresh = [n for n in write_tools if n not in called] or write_tools
-    claim = _claim(rng, rng.choice(fresh) if fresh else None)
-    text = message_text(messages[k]).strip()
-    new = f"{claim} {text}" if rng.random() < 0.5 else f"{text} {claim}"
+    tool = rng.choice(fresh) if fresh else None
+    claim = _claim(rng, tool)
+    text = message_text(messages[k])
+    new = f"{claim} {text.strip()}" if rng.random() < 0.5 else f"{text.strip()} {claim}"
     with_text(broken, k, new)
-    return Broken("claimed_action", broken, [text_turn(k, text, new)], {"variant": "claim_added"})
+    return Broken("claimed_action", broken, [text_turn(k, text, new)], {"variant": "claim_added", "claimed": tool})
 
 
