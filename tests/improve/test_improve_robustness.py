@@ -368,6 +368,8 @@ def test_the_subprocess_runtime_gives_the_same_report(logs, capsys):
     (["--robustness", "--transcripts", "MISSING", "--reward", "improve_toy"], "file not found"),
     (["--robustness", "--transcripts", "IN", "--reward", "improve_toy", "--limit", "0"], "limit must be at least 1"),
     (["--labels", "labels.jsonl"], "give --graded FILE (graded.jsonl from `improve run`), or --robustness"),
+    (["--graded", "g.jsonl", "--labels", "l.jsonl", "--reward", "improve_toy", "--kinds", "empty_reply"],
+     "--reward, --kinds: only with --robustness"),
 ])
 def test_bad_input_is_named(logs, tmp_path, capsys, args, message):
     args = [str(logs) if a == "IN" else str(tmp_path / "missing") if a == "MISSING" else a for a in args]

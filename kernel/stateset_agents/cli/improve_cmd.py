@@ -156,6 +156,10 @@ def audit_cmd(
         _robustness_audit(transcripts, reward, policy, reward_file, runtime, kinds, seed, examples, output, limit,
                           as_json)
         return
+    given = [flag for flag, value in (("--reward", reward), ("--policy", policy), ("--reward-config", reward_file),
+                                      ("--kinds", kinds), ("--output", output), ("--limit", limit)) if value is not None]
+    if given:
+        raise InputError(f"{', '.join(given)}: only with --robustness (a label audit reads the grades in --graded)")
     if graded is None:
         raise InputError("give --graded FILE (graded.jsonl from `improve run`), or --robustness", field="graded")
     report = run_audit(graded, labels=labels, transcripts=transcripts, label_key=label_key, rollup=rollup,
