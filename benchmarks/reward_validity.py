@@ -89,7 +89,8 @@ def measure(reward: str, config: dict, records: list[dict], labels: dict[str, bo
     identity, turns, shipped = grade(reward, config, records)
     ids = [c["id"] for c in records]
     y = [labels[i] for i in ids]
-    groups = [str(c["metadata"]["task_id"]) for c in records]
+    # Named as `improve calibrate` names them (task_id=N), so both draw the same folds from a seed.
+    groups = [f"task_id={c['metadata']['task_id']}" for c in records]
     assignment = grouped_stratified_folds(groups, y, folds, seed=seed)
     lengths = [float(len(c["messages"])) for c in records]
 
@@ -100,7 +101,8 @@ def measure(reward: str, config: dict, records: list[dict], labels: dict[str, bo
         "reward": identity,
         "conversations": len(ids), "positives": sum(y), "tasks": len(set(groups)),
         "no_applicable_turn": sum(1 for i in ids if not turns[i]),
-        "folds": [{"fold": f, "tasks": sorted({g for g, a in zip(groups, assignment) if a == f}, key=int),
+        "folds": [{"fold": f, "tasks": sorted({c["metadata"]["task_id"] for c, a in zip(records, assignment)
+                                               if a == f}),
                    "conversations": assignment.count(f), "positives": sum(v for v, a in zip(y, assignment) if a == f)}
                   for f in range(folds)],
         "shipped": {**summary([shipped[i] for i in ids]), "fitted": "nothing: the rules as shipped"},

@@ -29,7 +29,8 @@ def calibrate_cmd(
         None, "--group-key", help="Metadata key whose conversations share a fold (default: task_id where present, "
                                   "else each conversation alone)."),
     reward_config: Optional[Path] = typer.Option(
-        None, "--reward-config", help="The reward config file the rows were graded with (its calibration is replaced)."),
+        None, "--reward-config",
+        help="The reward config file the rows were graded with (a calibration in it is replaced)."),
     policy: Optional[Path] = typer.Option(None, "--policy", help="The policy file the rows were graded with."),
     folds: int = typer.Option(5, "--folds", help="Cross-validation folds (grouped, stratified)."),
     seed: int = typer.Option(0, "--seed", help="Seed for the folds and the bootstrap."),
@@ -65,7 +66,8 @@ def calibrate_cmd(
     table.add_row("per fold", ", ".join(
         f"{_fmt(a)} / {_fmt(b)}" for a, b in zip(m["calibrated"]["per_fold"], m["uncalibrated"]["per_fold"]))
         + " (calibrated / uncalibrated)")
-    table.add_row("chosen", f"C {fitted['C']}, fill {fitted['fill_rule']}, scaling {fitted['scaling']} ({fitted['chosen_by']})")
+    table.add_row("chosen", f"C {fitted['C']}, fill {fitted['fill_rule']}, scaling {fitted['scaling']} "
+                            f"({fitted['chosen_by']})")
     console.print(table)
     weights = Table(title="weights (fitted on every labelled conversation)", title_justify="left")
     for name in ("check", "weight", "per sd", "fill"):

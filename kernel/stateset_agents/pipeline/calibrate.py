@@ -6,18 +6,18 @@ counts 0/1) or `fill[f]` when the turn did not judge f; a conversation's score i
 
 Fitting: an L2-regularised logistic regression over turn rows, each carrying its conversation's label with weight
 1/(applicable turns), so every conversation counts once. Checks are scaled to unit deviation for the penalty, or
-(scaling "reward") those scored like the reward (values in [0, 1]) kept on that scale; the weights are written back
-on the breakdown's own scale. `fill[f]` follows a fill rule: "passed" (1 for a [0, 1] check: a reward leaves a check out of a turn
-where there was nothing to judge) or "mean" (its mean where judged). The solver is Newton's method with step halving
-(deterministic, no dependency). The penalty strength C (loss + |w|^2 / 2C, as sklearn's C), the fill rule and the
-scaling are chosen from `C_GRID` x `FILL_RULES` x `SCALINGS` by an inner grouped cross-validation inside the data
-being fitted: the settings whose inner out-of-fold conversation scores have the highest pooled AUC (ties: lower log
-loss, stronger penalty).
+(scaling "reward") those scored like the reward (values in [0, 1]) kept on that scale; the weights are written
+back on the breakdown's own scale. `fill[f]` follows a fill rule: "passed" (1 for a [0, 1] check: a reward leaves
+a check out of a turn where there was nothing to judge) or "mean" (its mean where judged). The solver is Newton's
+method with step halving (deterministic, no dependency). The penalty strength C (loss + |w|^2 / 2C, as sklearn's
+C), the fill rule and the scaling are chosen from `C_GRID` x `FILL_RULES` x `SCALINGS` by an inner grouped
+cross-validation inside the data being fitted: the settings whose inner out-of-fold conversation scores have the
+highest pooled AUC (ties: lower log loss, stronger penalty).
 
 Validity is measured the way it will be judged: the folds are grouped (a task's trials never straddle folds) and
-stratified, and each conversation is scored by a model fitted without its fold (C and fill chosen without it too). Reported:
-the pooled out-of-fold ROC AUC with a group-clustered bootstrap interval, beside the reward's own (uncalibrated)
-score and the length-only baseline on the same conversations, and every fold's AUC.
+stratified, and each conversation is scored by a model fitted without its fold (its settings chosen without it
+too). Reported: the pooled out-of-fold ROC AUC with a group-clustered bootstrap interval, beside the reward's own
+(uncalibrated) score and the length-only baseline on the same conversations, and every fold's AUC.
 """
 from __future__ import annotations
 
@@ -149,8 +149,8 @@ def _solve(matrix: list[list[float]], vector: list[float]) -> list[float]:
     return x
 
 
-def fit_logistic(rows: Sequence[tuple[Sequence[float], float, float]], C: float, *, start: Sequence[float] | None = None,
-                 max_iter: int = 100) -> list[float]:
+def fit_logistic(rows: Sequence[tuple[Sequence[float], float, float]], C: float, *,
+                 start: Sequence[float] | None = None, max_iter: int = 100) -> list[float]:
     """[intercept, w_1..w_p] minimising sum_i w_i * logloss(y_i, x_i) + |w|^2 / (2C) (intercept unpenalised), by
     Newton's method with step halving, from `start` when given. rows: (x, y in {0, 1}, weight). Rows are walked
     by their non-zero entries, so a row costs (non-zeros)^2, not p^2."""
