@@ -231,6 +231,13 @@ def test_renamed_call_picks_another_write_that_takes_the_same_arguments():
     alone = shop()
     alone["tools"] = TOOLS[:1]
     assert break_conversation(alone, "renamed_call") is None
+    # A tool taking the very same parameters is no wrong call anyone could tell: never the target.
+    look = lookup_only()
+    look["tools"] = [declare("get_order", order_id=STRING), declare("find_order", order_id=STRING),
+                     declare("list_stores")]
+    assert {break_conversation(look, "renamed_call", seed=s).notes["to"] for s in range(5)} == {"list_stores"}
+    look["tools"] = look["tools"][:2]
+    assert break_conversation(look, "renamed_call") is None
 
 
 def test_repeated_call_retries_a_failed_call_unchanged_else_a_write():

@@ -130,7 +130,8 @@ def ungrounded_argument(conversation: Mapping[str, Any], *, seed: int = 0,
 
 def renamed_call(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyPool | None = None) -> Broken | None:
     """One call (a write where there is one) renamed to another declared tool, arguments unchanged: a tool of
-    the same kind taking the most of those arguments, so the wrong call looks plausible."""
+    the same kind taking the most of those arguments, so the wrong call looks plausible, but not one taking the
+    very same parameters."""
     rng = rng_for("renamed_call", seed, conversation)
     declared = declared_tools(conversation)
     calls = tool_calls_of(conversation)
@@ -143,11 +144,18 @@ def renamed_call(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyP
     arguments = arguments_of(call)
     keys = set(arguments) if isinstance(arguments, dict) else set()
 
-    def fit(other: str) -> tuple[bool, int]:
-        properties = (declared[other].get("parameters") or {}).get("properties") or {}
-        return tool_kind(other, declared[other]) == kind, len(keys & set(properties))
+    def parameters(tool: str) -> set[str]:
+        return set(((declared.get(tool) or {}).get("parameters") or {}).get("properties") or {})
 
-    others = sorted(n for n in declared if n != name)
+    def fit(other: str) -> tuple[bool, int]:
+        return tool_kind(other, declared[other]) == kind, len(keys & parameters(other))
+
+    # A tool taking exactly the same parameters is left out: nothing in the conversation could tell the two
+    # calls apart (a direct and a one-stop search by the same route and date), so it would be no wrong call.
+    own = parameters(name) if name in declared else keys
+    others = sorted(n for n in declared if n != name and parameters(n) != own)
+    if not others:
+        return None
     best = max(map(fit, others))
     target = rng.choice([n for n in others if fit(n) == best])
     broken = shallow_copy(conversation)
