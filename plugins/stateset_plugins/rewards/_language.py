@@ -81,7 +81,7 @@ NGRAM_REPEAT_ALLOWANCE = 0.15
 UNKNOWN_WORD_ALLOWANCE = 0.05
 
 
-def _stems(word: str) -> list[str]:
+def stems(word: str) -> list[str]:
     """Shorter forms a word may be inflected or derived from by a regular English suffix."""
     out = []
     for suffix in ("ing", "ed", "es", "s", "ly", "er", "est", "d", "ies", "ied", "ier", "iest", "ily"):
@@ -121,7 +121,7 @@ def known_word(word: str) -> bool:
     words = vocabulary()
     if not _KNOWN_FORMS:
         _KNOWN_FORMS.update(words)
-    known = word in words or any(s in words or any(t in words for t in _stems(s)) for s in _stems(word))
+    known = word in words or any(s in words or any(t in words for t in stems(s)) for s in stems(word))
     if len(_KNOWN_FORMS) + len(_UNKNOWN_FORMS) < _DECIDED_LIMIT + len(words):
         (_KNOWN_FORMS if known else _UNKNOWN_FORMS).add(word)
     return known
