@@ -1,7 +1,7 @@
 import json
 
 from reward_builders import assistant, conversation, tool, user
-from stateset_plugins.rewards.tool_calling import ToolCallingReward
+from stateset_plugins.rewards.tool_calling import CONDUCT_WEIGHT, ToolCallingReward
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_order", "parameters": {
@@ -59,7 +59,7 @@ def test_wrong_arguments_get_partial_credit_and_missing_calls_cost_completion():
 
 def test_lookups_are_neutral_and_unexpected_writes_score_zero():
     conv = conversation([
-        user("what's my order?"),
+        user("what's my order A1?"),
         assistant(None, [("get_order", '{"order_id": "A1"}')]),
         tool("call_0_get_order", '{"status": "shipped"}'),
         assistant(None, [refund_call({"order_id": "A1", "amount": 5})]),
@@ -68,7 +68,10 @@ def test_lookups_are_neutral_and_unexpected_writes_score_zero():
     ], TOOLS, expected_tool_calls=[])  # empty: the right behaviour changes nothing
     reward = ToolCallingReward()
     assert not reward.grade_turn(conv, 1).applicable
-    assert reward.grade_turn(conv, 3).score == 0.0 and "unexpected write" in reward.grade_turn(conv, 3).reason
+    write = reward.grade_turn(conv, 3)
+    # the write itself scores 0; only its clean conduct (fits its tool, grounded) earns the conduct weight
+    assert write.breakdown["expected"] == 0.0 and "unexpected write" in write.reason
+    assert write.score == CONDUCT_WEIGHT
     assert reward.grade_turn(conv, 5).score == 1.0  # completion: nothing was expected
 
 
@@ -100,8 +103,8 @@ def test_turn_context_is_the_prefix_only():
 def test_schema_mode_rejects_invalid_json_invented_tools_and_schema_violations():
     reward = ToolCallingReward()
 
-    def grade(name, arguments):
-        conv = conversation([user("u"), assistant(None, [(name, arguments)])], TOOLS)
+    def grade(name, arguments):  # the user supplies the values and the go-ahead: only the schema is at stake
+        conv = conversation([user("Yes, please refund 3 on order A1."), assistant(None, [(name, arguments)])], TOOLS)
         return reward.grade_turn(conv, 1)
 
     assert grade("refund", '{"order_id": "A1", "amount": 3}').score == 1.0

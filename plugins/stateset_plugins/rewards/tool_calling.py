@@ -1,43 +1,61 @@
-"""`tool_calling`: did the agent call the right tool with the right arguments?
+"""`tool_calling`: did the agent call the right tool with the right arguments, on facts it had, with the user's
+go-ahead, and did it do what it said it did?
 
-Native `tool_calls` are the only signal (text that merely describes a call is not a call). Two modes:
+Native `tool_calls` are the only calls (text that merely describes a call is not a call). Two modes:
 
-* With `metadata.expected_tool_calls`: expected state-changing calls are a multiset consumed across the conversation
-  (see docs/rewards.md, "tool_calling"). Lookups and hand-offs that were not expected are neutral.
+* With `metadata.expected_tool_calls`: expected state-changing calls are a multiset consumed across the conversation;
+  expected lookups must have been made by the final answer (see docs/rewards.md, "tool_calling").
 * Without: each call must name a declared tool, its arguments must be a JSON object that validates against that
-  tool's JSON schema.
+  tool's JSON schema, its values must come from the context, it must not fail or blindly repeat a failure, and a
+  write needs the user's go-ahead.
+
+In both, a reply that claims a change no call made since the user's last message scores 0. The checks that read
+the conversation itself live in `_tool_grounding`.
 """
 from __future__ import annotations
 
 import json
 import re
 from fractions import Fraction
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from stateset_agents import Reward, TurnGrade
 from stateset_agents.components import assistant_turns
 
-from ._text import parse_arguments, tool_calls
-from ._tools import call_outcome, declared_tools, tool_kind
+from ._text import parse_arguments
+from ._tool_grounding import PROSE_WORDS, ConversationFacts, claims_change, enum_values, value_leaves
+from ._tools import declared_tools, tool_kind
 
-# A string argument longer than this many words is prose (a summary, a note): it matches any non-empty prose,
-# because no two correct agents word a summary the same way.
-PROSE_WORDS = 8
 # A call to the right tool with wrong arguments is worth at most this much: the data ends up wrong anyway.
 NAME_ONLY_CREDIT = 0.5
+# A call that repeats a failed one unchanged keeps this share of its score: a wasted call, but nothing invented.
+RETRY_CREDIT = 0.5
+# With expected calls, conduct (fit, grounding, retries, claims) weighs this much in a turn's score: enough to rank
+# the cleaner of two turns whose expected calls went alike higher, too little to outweigh the expected calls.
+CONDUCT_WEIGHT = 0.1
+# Per-check keys averaged over a turn's calls to the top level of the breakdown (what `improve calibrate` weighs).
+_CALL_CHECKS = ("schema", "grounded", "ok", "fresh", "consent")
+_UNGROUNDED = "values found nowhere in what the user said or a tool returned"
 
 
 def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None = None) -> Any:
     """A canonical form for comparing arguments (choices documented in docs/rewards.md)."""
     if isinstance(value, bool) or value is None:
         return value
+    if type(value) is int:
+        return value
     if isinstance(value, (int, float)):
-        return Fraction(str(value))  # 250 == 250.0, and no float noise
+        return _whole(Fraction(str(value)))  # 250 == 250.0, and no float noise
     if isinstance(value, str):
         text = " ".join(value.split()).casefold()
         if _DIGIT.search(text) is not None:  # no number is written without a digit: skip the costly attempt
+            if "_" not in text:  # int() reads "1_000"; Fraction, the reference here, does not
+                try:
+                    return int(text)  # "250" == 250: logged arguments often quote numbers
+                except ValueError:
+                    pass
             try:
-                return Fraction(text)  # "250" == 250: logged arguments often quote numbers
+                return _whole(Fraction(text))
             except (ValueError, ZeroDivisionError):
                 pass
         return "<prose>" if len(text.split()) > PROSE_WORDS else text
@@ -50,6 +68,11 @@ def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None
 
 
 _DIGIT = re.compile(r"\d")  # what Fraction's parser requires somewhere in a number
+
+
+def _whole(number: Fraction) -> int | Fraction:
+    """A whole number as an int, so that 250, 250.0 and "250" normalise to the very same value."""
+    return int(number) if number.denominator == 1 else number
 
 
 def _sort_key(value: Any) -> str:
@@ -69,9 +92,13 @@ def _agreement(a: Any, e: Any) -> float:
     return sum(a.get(k) == e.get(k) for k in keys) / len(keys)
 
 
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
 class ToolCallingReward(Reward):
     name = "tool_calling"
-    version = "1.0.0"
+    version = "2.0.0"
     config_schema = {
         "type": "object",
         "properties": {
@@ -94,167 +121,350 @@ class ToolCallingReward(Reward):
     def _kind(self, name: str, declared: Mapping[str, Any]) -> str:
         return tool_kind(name, declared.get(name), read_only=self._read_only, writes=self._writes)
 
-    def grade_conversation(self, conversation: Mapping[str, Any], turns) -> list[TurnGrade]:
-        """Against expected calls, a turn's grade depends on every earlier turn (what is still outstanding): one
-        replay of the conversation grades all its turns, where `grade_turn` replays the prefix for each."""
-        metadata = conversation.get("metadata") or {}
-        turns = list(turns)
-        everyone = assistant_turns(conversation)
-        wanted = set(turns)
-        if (metadata.get("expected_tool_calls") is None or not turns or turns != sorted(wanted)
-                or not wanted.issubset(everyone)):
-            return [self.grade_turn(conversation, t) for t in turns]
-        expected = list(metadata["expected_tool_calls"])
-        messages = conversation["messages"]
-        declared = declared_tools(conversation)
-        memo = _Memo(self, declared)
-        required = [e for e in expected if memo.kind(e.get("name", "")) != "read"]
-        outstanding = list(range(len(required)))
-        exact_done: set[int] = set()
-        last = everyone[-1]
-        grades = {}
-        for turn in everyone:
-            if turn > turns[-1]:
-                break
-            judged = self._judge_calls(messages, turn, required, outstanding, exact_done, declared, memo)
-            if turn in wanted:
-                grades[turn] = self._expected_grade(judged, required, exact_done, turn == last)
-        return [grades[t] for t in turns]
-
-    # ------------------------------------------------------------------------------------------------ grading
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
-        metadata = conversation.get("metadata") or {}
-        if metadata.get("expected_tool_calls") is not None:
-            return self._grade_against_expected(conversation, turn_index, list(metadata["expected_tool_calls"]))
-        return self._grade_against_schemas(conversation, turn_index)
+        return self.grade_conversation(conversation, [turn_index])[0]
 
-    def _grade_against_schemas(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
-        calls = tool_calls(conversation["messages"][turn_index])
-        if not calls:
-            return TurnGrade.not_applicable("no tool call in this turn")
-        declared = declared_tools(conversation)
-        checks = [self._check_schema(call, declared) for call in calls]
-        score = sum(c["score"] for c in checks) / len(checks)
+    def grade_conversation(self, conversation: Mapping[str, Any], turns) -> list[TurnGrade]:
+        """One pass over the conversation grades all the turns asked for (against expected calls, a turn's grade
+        depends on every earlier turn: what is still outstanding), each from its prefix as `grade_turn` would."""
+        turns = list(turns)
+        if not turns:
+            return []
+        seen = _Seen(self, conversation)
+        expected = (conversation.get("metadata") or {}).get("expected_tool_calls")
+        if expected is None:
+            return [self._grade_against_schemas(seen, t) for t in turns]
+        return _ExpectedReplay(self, seen, list(expected)).grades(turns)
+
+    # ------------------------------------------------------------------------------------ without expected calls
+    def _grade_against_schemas(self, seen: "_Seen", turn: int) -> TurnGrade:
+        calls = seen.facts.calls(turn)
+        text = seen.facts.text(turn)
+        # A claim matters only where no change was made since the user's last message (read only then: cheaper).
+        claimed = (bool(text.strip()) and not seen.facts.changed_since_user(turn)
+                   and claims_change(text, acting=bool(calls)))
+        if not calls and not claimed:
+            return TurnGrade.not_applicable("no tool call and no unbacked claim of a change in this turn")
+        checks = [self._check_call(seen, turn, call) for call in calls]
+        items = [c["score"] for c in checks]
+        breakdown: dict[str, Any] = _call_means(checks)
+        breakdown["calls"] = checks
         problems = [f"{c['name']}: {c['problem']}" for c in checks if c["problem"]]
-        reason = "; ".join(problems) if problems else f"{len(calls)} call(s) valid against the declared schemas"
-        return TurnGrade(score=score, breakdown={"calls": checks}, reason=reason)
+        if claimed:
+            breakdown["claims"] = 0.0
+            items.append(0.0)
+            problems.append("the reply claims a change that no call made since the user's last message")
+        reason = "; ".join(problems) if problems else f"{len(calls)} call(s) valid, grounded and in order"
+        return TurnGrade(score=_mean(items), breakdown=breakdown, reason=reason)
 
-    @staticmethod
-    def _check_schema(call: Mapping[str, Any], declared: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-        """Three checks in sequence (declared, parses, validates); each failure also fails the ones after it."""
-        import jsonschema  # imported here: only this mode needs it
-
+    def _check_call(self, seen: "_Seen", turn: int, call: Mapping[str, Any]) -> dict[str, Any]:
+        """Schema first (declared, parses, validates: each failure also fails the ones after it), then what the
+        conversation says of the call. Score = schema x fresh x mean(grounded, ok, consent where they apply)."""
         name = call["name"]
-        result = {"name": name, "declared": name in declared or not declared, "parses": False, "valid": False,
-                  "problem": None}
+        declared = seen.declared
+        result: dict[str, Any] = {"name": name, "declared": name in declared or not declared, "parses": False,
+                                  "valid": False, "problem": None}
         if not result["declared"]:
-            result.update(score=0.0, problem="invented tool (not among the declared tools)")
+            result.update(score=0.0, schema=0.0, problem="invented tool (not among the declared tools)")
             return result
         arguments, error = parse_arguments(call["arguments"])
         if arguments is None:
-            result.update(score=1 / 3, problem=error)
+            result.update(score=1 / 3, schema=1 / 3, problem=error)
             return result
         result["parses"] = True
-        schema = (declared.get(name) or {}).get("parameters") or {"type": "object"}
-        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(arguments), key=lambda e: list(e.path))
-        if errors:
-            where = ".".join(str(p) for p in errors[0].path) or "(root)"
-            result.update(score=2 / 3, problem=f"arguments do not match the schema at {where}: {errors[0].message}")
-            return result
-        result.update(valid=True, score=1.0)
+        problems = []
+        violation = seen.schema_violation(name, arguments, full=True)
+        result["valid"] = violation is None
+        result["schema"] = 1.0 if violation is None else 2 / 3
+        if violation:
+            problems.append(violation)
+        conduct = self._conduct(seen, turn, call, arguments, problems)
+        result.update((k, v) for k, v in conduct.items() if k != "values")
+        if seen.kind(name) == "write":
+            result["consent"] = 1.0 if seen.facts.went_ahead(turn) else 0.0
+            if not result["consent"]:
+                problems.append("changes something without the user's explicit go-ahead")
+            elif not seen.facts.proposed(conduct["values"], turn):
+                # The go-ahead covers the change the agent described: values it never named were not agreed to.
+                result["consent"] = 0.5
+                problems.append("uses values the proposal the user agreed to did not name")
+        outcome = seen.facts.outcome(turn, call["id"])
+        if outcome != "unknown":
+            result["ok"] = 0.0 if outcome == "error" else 1.0
+            if outcome == "error":
+                problems.append("the call returned an error")
+        quality = [result[k] for k in ("grounded", "ok", "consent") if k in result]
+        retry = 1.0 if result["fresh"] else RETRY_CREDIT
+        result["score"] = result["schema"] * retry * (_mean(quality) if quality else 1.0)
+        result["problem"] = "; ".join(problems) or None
         return result
 
-    def _grade_against_expected(self, conversation: Mapping[str, Any], turn_index: int,
-                                expected: list[Mapping[str, Any]]) -> TurnGrade:
-        messages = conversation["messages"]
-        declared = declared_tools(conversation)
-        required = [e for e in expected if self._kind(e.get("name", ""), declared) != "read"]
-        outstanding = list(range(len(required)))
-        exact_done: set[int] = set()
-        # Replay earlier turns so this turn sees what is still outstanding (the prefix is the context).
-        for earlier in assistant_turns(conversation):
-            if earlier >= turn_index:
+    def _conduct(self, seen: "_Seen", turn: int, call: Mapping[str, Any], arguments: Mapping[str, Any],
+                 problems: list[str]) -> dict[str, Any]:
+        """grounded (share of the call's values found in the context; absent when it has none) and fresh (0 when
+        the same call already failed before)."""
+        checks: dict[str, Any] = {}
+        values = value_leaves(arguments, seen.enums(call["name"]))
+        checks["values"] = values
+        share, missing = seen.facts.grounded_share(values, turn)
+        if share is not None:
+            checks["grounded"] = share
+            if missing:
+                shown = ", ".join(str(v) for v in missing[:3])
+                problems.append(f"{_UNGROUNDED}: {shown}")
+        checks["fresh"] = 0.0 if seen.facts.repeats_failure(turn, call) else 1.0
+        if not checks["fresh"]:
+            problems.append("repeats a call that already failed, unchanged")
+        return checks
+
+
+def _call_means(checks: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Each per-call check averaged over the calls that have it: the turn's top-level numeric breakdown."""
+    means = {}
+    for key in _CALL_CHECKS:
+        values = [c[key] for c in checks if key in c]
+        if values:
+            means[key] = _mean(values)
+    return means
+
+
+# JSON schema keywords `simply_valid` decides, and those that only annotate.
+_SIMPLE_KEYWORDS = frozenset(("type", "properties", "required", "additionalProperties", "items", "enum"))
+_ANNOTATIONS = frozenset(("description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
+                          "writeOnly"))
+_TYPES = {"object": lambda v: type(v) is dict, "array": lambda v: type(v) is list, "string": lambda v: type(v) is str,
+          "boolean": lambda v: type(v) is bool, "null": lambda v: v is None,
+          "number": lambda v: type(v) in (int, float),
+          "integer": lambda v: type(v) is int or (type(v) is float and v.is_integer())}
+
+
+def simply_valid(schema: Any, value: Any) -> bool:
+    """True when `value` surely satisfies `schema` using only common keywords (type, properties, required,
+    additionalProperties, items, string enums); False when it fails them or the schema needs more: then the
+    full validator decides (and words the problem). Most tool schemas are this simple, and it is much faster."""
+    if schema is True or schema == {}:
+        return True
+    if type(schema) is not dict or not _SIMPLE_KEYWORDS.issuperset(k for k in schema if k not in _ANNOTATIONS):
+        return False
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if type(kind) is list else [kind]
+        if not any(k in _TYPES and _TYPES[k](value) for k in kinds):
+            return False
+    if "enum" in schema:
+        options = schema["enum"]
+        if type(options) is not list or not all(type(o) is str for o in options) or value not in options:
+            return False
+    if type(value) is dict:
+        properties = schema.get("properties", {})
+        required = schema.get("required", [])
+        extra = schema.get("additionalProperties", True)
+        if type(properties) is not dict or type(required) is not list or not all(k in value for k in required):
+            return False
+        for key, item in value.items():
+            if key in properties:
+                if not simply_valid(properties[key], item):
+                    return False
+            elif extra is not True and not simply_valid(extra, item):
+                return False
+    elif type(value) is list and "items" in schema:
+        return all(simply_valid(schema["items"], item) for item in value)
+    return True
+
+
+class _Seen:
+    """Within one conversation: tool kinds, enum options and schema checks by tool name, and its facts."""
+
+    def __init__(self, reward: ToolCallingReward, conversation: Mapping[str, Any]):
+        self.reward = reward
+        self.messages = conversation["messages"]
+        self.declared = declared_tools(conversation)
+        self._kinds: dict[Any, str] = {}
+        self._enums: dict[str, frozenset[str]] = {}
+        self._validators: dict[str, Any] = {}
+        self.facts = ConversationFacts(self.messages, self.kind)
+
+    def kind(self, name: Any) -> str:
+        kind = self._kinds.get(name)
+        if kind is None:
+            kind = self._kinds[name] = self.reward._kind(name, self.declared)
+        return kind
+
+    def enums(self, name: str) -> frozenset[str]:
+        enums = self._enums.get(name)
+        if enums is None:
+            enums = self._enums[name] = enum_values((self.declared.get(name) or {}).get("parameters"))
+        return enums
+
+    def schema_violation(self, name: str, arguments: Mapping[str, Any], full: bool) -> str | None:
+        """Why the arguments do not fit the tool's declaration, or None. Always: no undeclared argument where the
+        schema lists its properties, and every required one present; `full`: the whole JSON schema too."""
+        schema = (self.declared.get(name) or {}).get("parameters") or {"type": "object"}
+        properties = schema.get("properties") if isinstance(schema, Mapping) else None
+        if isinstance(properties, Mapping):
+            unknown = sorted(str(k) for k in arguments if k not in properties)
+            if unknown:
+                return f"arguments the tool does not declare: {', '.join(unknown)}"
+        required = schema.get("required") if isinstance(schema, Mapping) else None
+        if isinstance(required, list):
+            absent = [str(k) for k in required if k not in arguments]
+            if absent:
+                return f"required arguments missing: {', '.join(absent)}"
+        if not full or simply_valid(schema, arguments):
+            return None
+        validator = self._validators.get(name)
+        if validator is None:
+            import jsonschema  # imported here: only this check needs it
+
+            validator = self._validators[name] = jsonschema.Draft202012Validator(schema)
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+        if errors:
+            where = ".".join(str(p) for p in errors[0].path) or "(root)"
+            return f"arguments do not match the schema at {where}: {errors[0].message}"
+        return None
+
+
+class _ExpectedReplay:
+    """Grading against expected calls: the conversation's calls replayed in order, consuming the expected ones."""
+
+    def __init__(self, reward: ToolCallingReward, seen: _Seen, expected: list[Mapping[str, Any]]):
+        self.reward, self.seen = reward, seen
+        is_lookup = [seen.kind(e.get("name", "")) == "read" for e in expected]
+        self.required = [e for e, read in zip(expected, is_lookup) if not read]
+        # Where writes are expected, their arguments show what the agent looked up, and correct agents look things
+        # up in different orders; where none is, nothing else shows that the agent got the facts it answers from.
+        self.lookups = [] if self.required else [e for e, read in zip(expected, is_lookup) if read]
+        self.outstanding = list(range(len(self.required)))
+        self.exact_done: set[int] = set()
+        self.lookup_credit = [0.0] * len(self.lookups)
+        self.lookup_names = {e.get("name") for e in self.lookups}
+        self.lookups_grounded: list[float] = []
+        self._normalised: dict[tuple[str, int], Any] = {}
+
+    def _expected(self, which: str, index: int) -> Any:
+        key = (which, index)
+        if key not in self._normalised:
+            source = self.required if which == "required" else self.lookups
+            self._normalised[key] = normalise(source[index].get("arguments") or {}, self.reward._ordered)
+        return self._normalised[key]
+
+    def grades(self, turns: list[int]) -> list[TurnGrade]:
+        everyone = assistant_turns({"messages": self.seen.messages})
+        wanted = set(turns)
+        last = everyone[-1] if everyone else -1
+        grades = {}
+        for turn in sorted(set(everyone) | wanted):
+            if turn > max(wanted):
                 break
-            self._judge_calls(messages, earlier, required, outstanding, exact_done, declared)
-        judged = self._judge_calls(messages, turn_index, required, outstanding, exact_done, declared)
-        return self._expected_grade(judged, required, exact_done, self._is_last_assistant_turn(messages, turn_index))
+            judged = self._judge_calls(turn)
+            if turn in wanted:
+                grades[turn] = self._grade(turn, judged, turn >= last)
+        return [grades[t] for t in turns]
 
-    def _expected_grade(self, judged: list[dict[str, Any]], required: list[Mapping[str, Any]], exact_done: set[int],
-                        last_turn: bool) -> TurnGrade:
-        items = [j for j in judged if j["score"] is not None]
-        breakdown: dict[str, Any] = {"calls": judged}
-        if last_turn:
-            # Completion is judged once, on the final assistant turn: the conversation is over by then.
-            completion = len(exact_done) / len(required) if required else 1.0
-            breakdown["expected_done"] = f"{len(exact_done)}/{len(required)}"
-            items.append({"name": "completion", "score": completion})
-        if not items:
-            return TurnGrade.not_applicable("no state-changing or expected call in this turn", breakdown)
-        score = sum(i["score"] for i in items) / len(items)
-        return TurnGrade(score=score, breakdown=breakdown, reason=self._reason(judged, breakdown))
-
-    def _judge_calls(self, messages: Sequence[Mapping[str, Any]], turn_index: int,
-                     required: list[Mapping[str, Any]], outstanding: list[int], exact_done: set[int],
-                     declared: Mapping[str, Any], memo: "_Memo | None" = None) -> list[dict[str, Any]]:
+    def _judge_calls(self, turn: int) -> list[dict[str, Any]]:
+        seen = self.seen
         judged = []
-        memo = memo or _Memo(self, declared)
-        for call in tool_calls(messages[turn_index]):
+        for call in seen.facts.calls(turn):
             name = call["name"]
-            kind = memo.kind(name)
+            kind = seen.kind(name)
             verdict: dict[str, Any] = {"name": name, "kind": kind, "score": None, "match": None}
             arguments, error = parse_arguments(call["arguments"])
-            candidates = [i for i in outstanding if required[i].get("name") == name]
-            if declared and name not in declared:
-                verdict.update(score=0.0, match="invented tool")
+            candidates = [i for i in self.outstanding if self.required[i].get("name") == name]
+            if seen.declared and name not in seen.declared:
+                verdict.update(score=0.0, match="invented tool", conduct=0.0)
             elif arguments is None:
-                verdict.update(score=0.0, match=error)
-            elif candidates:
-                actual = normalise(arguments, self._ordered)
-                agreement = [(_agreement(actual, memo.expected(required, i)), i) for i in candidates]
-                best, index = max(agreement, key=lambda pair: (pair[0], -pair[1]))
-                took_effect = call_outcome(messages, turn_index, call["id"]) != "error"
-                if best == 1.0:
-                    verdict.update(score=1.0, match="expected call")
-                    exact_done.add(index)
-                    outstanding.remove(index)
-                else:
-                    verdict.update(score=NAME_ONLY_CREDIT * best, match=f"arguments agree {best:.0%}")
-                    if took_effect:  # a wrong write used up its slot; an error changed nothing, so a retry may fix it
-                        outstanding.remove(index)
-            elif kind == "write":
-                verdict.update(score=0.0, match="unexpected write")
+                verdict.update(score=0.0, match=error, conduct=0.0)
+            else:
+                if candidates or name in self.lookup_names:
+                    actual = normalise(arguments, self.reward._ordered)
+                    self._credit_lookups(name, actual)
+                    if candidates:
+                        self._match(turn, call, actual, candidates, verdict)
+                if not candidates and kind == "write":
+                    verdict.update(score=0.0, match="unexpected write")
+                if verdict["match"] != "expected call":
+                    self._check_conduct(turn, call, arguments, verdict)
             judged.append(verdict)
         return judged
 
-    @staticmethod
-    def _is_last_assistant_turn(messages: Sequence[Mapping[str, Any]], turn_index: int) -> bool:
-        return not any(m.get("role") == "assistant" for m in messages[turn_index + 1:])
+    def _match(self, turn: int, call: Mapping[str, Any], actual: Any, candidates: list[int],
+               verdict: dict[str, Any]) -> None:
+        agreement = [(_agreement(actual, self._expected("required", i)), i) for i in candidates]
+        best, index = max(agreement, key=lambda pair: (pair[0], -pair[1]))
+        if best == 1.0:
+            verdict.update(score=1.0, match="expected call")
+            self.exact_done.add(index)
+            self.outstanding.remove(index)
+        else:
+            verdict.update(score=NAME_ONLY_CREDIT * best, match=f"arguments agree {best:.0%}")
+            if self.seen.facts.outcome(turn, call["id"]) != "error":
+                # a wrong write used up its slot; an error changed nothing, so a retry may fix it
+                self.outstanding.remove(index)
 
-    @staticmethod
-    def _reason(judged: Iterable[Mapping[str, Any]], breakdown: Mapping[str, Any]) -> str:
+    def _credit_lookups(self, name: str, actual: Any) -> None:
+        for i, lookup in enumerate(self.lookups):
+            if lookup.get("name") == name and self.lookup_credit[i] < 1.0:
+                self.lookup_credit[i] = max(self.lookup_credit[i], _agreement(actual, self._expected("lookups", i)))
+
+    def _check_conduct(self, turn: int, call: Mapping[str, Any], arguments: Mapping[str, Any],
+                       verdict: dict[str, Any]) -> None:
+        """The conduct of a call the expected calls do not vouch for: 0 when it does not fit its tool (a required
+        argument missing, one undeclared) or uses a value found nowhere in the context, 0.5 when it repeats a
+        failed call unchanged (a wasted call, but nothing invented), else 1."""
+        problems: list[str] = []
+        violation = self.seen.schema_violation(call["name"], arguments, full=False)
+        verdict["schema"] = 1.0 if violation is None else 2 / 3
+        if violation:
+            problems.append(violation)
+        verdict.update((k, v) for k, v in self.reward._conduct(self.seen, turn, call, arguments, problems).items()
+                       if k != "values")
+        if verdict["kind"] == "read" and "grounded" in verdict:
+            # Correct agents look up codes, dates and sums they derived themselves: a lookup's values count
+            # once, in the final turn's conduct, not as a fault of their own turn.
+            self.lookups_grounded.append(verdict.pop("grounded"))
+            problems[:] = [p for p in problems if not p.startswith(_UNGROUNDED)]
+        conduct = 0.0 if violation or verdict.get("grounded", 1.0) < 1.0 else (1.0 if verdict["fresh"] else RETRY_CREDIT)
+        verdict["conduct"] = conduct
+        if problems:
+            verdict["problem"] = "; ".join(problems)
+
+    def _grade(self, turn: int, judged: list[dict[str, Any]], last_turn: bool) -> TurnGrade:
+        # A call nothing else scores (a lookup, a hand-off) counts as an item of 0 when its conduct is at fault.
+        items = [j["score"] if j["score"] is not None else 0.0 for j in judged
+                 if j["score"] is not None or j.get("conduct", 1.0) < 1.0]
+        conduct = [j["conduct"] for j in judged if "conduct" in j]
+        breakdown: dict[str, Any] = {}
+        if any(j["score"] is not None for j in judged):
+            breakdown["expected"] = _mean([j["score"] for j in judged if j["score"] is not None])
+        breakdown.update(_call_means([j for j in judged if "schema" in j]))
+        breakdown["calls"] = judged
         parts = [f"{j['name']}: {j['match']}" for j in judged if j["score"] is not None]
-        if "expected_done" in breakdown:
+        parts += [f"{j['name']}: {j['problem']}" for j in judged if j.get("problem")]
+        text = self.seen.facts.text(turn)
+        if (text.strip() and not self.seen.facts.changed_since_user(turn)
+                and claims_change(text, acting=bool(judged))):
+            breakdown["claims"] = 0.0
+            conduct.append(0.0)
+            items.append(0.0)
+            parts.append("the reply claims a change that no call made since the user's last message")
+        if last_turn:
+            # Completion is judged once, on the final assistant turn: the conversation is over by then.
+            made = len(self.exact_done) + sum(self.lookup_credit)
+            wanted = len(self.required) + len(self.lookups)
+            breakdown["completion"] = made / wanted if wanted else 1.0
+            breakdown["expected_done"] = f"{len(self.exact_done)}/{len(self.required)}"
+            if self.lookups:
+                breakdown["lookups"] = sum(self.lookup_credit) / len(self.lookups)
+                parts.append(f"expected lookups made: {sum(c == 1.0 for c in self.lookup_credit)}"
+                             f"/{len(self.lookups)}")
             parts.append(f"expected calls made exactly: {breakdown['expected_done']}")
-        return "; ".join(parts)
-
-
-class _Memo:
-    """Within one conversation: tool kinds by name, and expected arguments normalised once (on first use)."""
-
-    __slots__ = ("reward", "declared", "kinds", "normalised")
-
-    def __init__(self, reward: ToolCallingReward, declared: Mapping[str, Any]):
-        self.reward, self.declared = reward, declared
-        self.kinds: dict[Any, str] = {}
-        self.normalised: dict[int, Any] = {}
-
-    def kind(self, name: Any) -> str:
-        kind = self.kinds.get(name)
-        if kind is None:
-            kind = self.kinds[name] = self.reward._kind(name, self.declared)
-        return kind
-
-    def expected(self, required: list[Mapping[str, Any]], index: int) -> Any:
-        if index not in self.normalised:
-            self.normalised[index] = normalise(required[index].get("arguments") or {}, self.reward._ordered)
-        return self.normalised[index]
+            items.append(breakdown["completion"])
+            if self.lookups_grounded:
+                breakdown["grounded_lookups"] = _mean(self.lookups_grounded)
+                conduct.append(breakdown["grounded_lookups"])
+        if not items:
+            return TurnGrade.not_applicable("no state-changing or expected call in this turn", breakdown)
+        # Conduct breaks ties: of two turns whose expected calls went alike, the cleaner one scores higher.
+        breakdown["conduct"] = _mean(conduct) if conduct else 1.0
+        score = (1 - CONDUCT_WEIGHT) * _mean(items) + CONDUCT_WEIGHT * breakdown["conduct"]
+        return TurnGrade(score=score, breakdown=breakdown, reason="; ".join(parts))

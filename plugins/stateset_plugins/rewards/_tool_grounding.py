@@ -1,0 +1,452 @@
+"""What `tool_calling` reads from the conversation itself: are a call's argument values grounded in what the user
+said or a tool returned, did the user give the go-ahead for a write, and does a text reply claim a change that no
+call made. Shared by both of its modes (with and without expected calls); see docs/rewards.md, "tool_calling".
+
+Everything here reads the prefix (`messages[:turn]`) plus, as documented, a call's own result (did it error?).
+"""
+from __future__ import annotations
+
+import json
+import re
+from fractions import Fraction
+from typing import Any, Callable, Mapping, Sequence
+
+from ._text import Phrases, affirmed, is_error_result, message_text, parse_arguments, tool_calls, tool_result
+
+# A string of more than this many words is prose (a summary, a note), not a value to look for in the context.
+PROSE_WORDS = 8
+# Integers below this are counts (bags, passengers, nights) the agent derives by counting, not values it copies.
+SMALL_COUNT = 10
+
+# The user's explicit go-ahead ("no"/"wait" before it cancels it); the same words customer_support reads.
+AFFIRM = ("yes", "yeah", "yep", "confirm", "confirmed", "proceed", "go ahead", "please do", "do it", "sounds good",
+          "that's correct", "that is correct", "looks good", "looks correct")
+NEGATE = ("no", "not yet", "don't", "do not", "wait", "hold on")
+
+# Verbs of changing something for the user: (base, past participle, -ing). A claim names one of these.
+_CHANGE_VERBS = (
+    ("change", "changed", "changing"), ("update", "updated", "updating"), ("modify", "modified", "modifying"),
+    ("cancel", "cancell?ed", "cancell?ing"), ("book", "booked", "booking"), ("rebook", "rebooked", "rebooking"),
+    ("reserve", "reserved", "reserving"), ("refund", "refunded", "refunding"), ("issue", "issued", "issuing"),
+    ("process", "processed", "processing"), ("add", "added", "adding"), ("remove", "removed", "removing"),
+    ("delete", "deleted", "deleting"), ("upgrade", "upgraded", "upgrading"), ("downgrade", "downgraded", "downgrading"),
+    ("switch", "switched", "switching"), ("reschedule", "rescheduled", "rescheduling"), ("send", "sent", "sending"),
+    ("submit", "submitted", "submitting"), ("place", "placed", "placing"), ("apply", "applied", "applying"),
+    ("transfer", "transferred", "transferring"), ("move", "moved", "moving"), ("replace", "replaced", "replacing"),
+    ("reset", "reset", "resetting"), ("credit", "credited", "crediting"), ("charge", "charged", "charging"),
+    ("waive", "waived", "waiving"), ("edit", "edited", "editing"), ("correct", "corrected", "correcting"),
+    ("exchange", "exchanged", "exchanging"), ("reimburse", "reimbursed", "reimbursing"),
+    ("schedule", "scheduled", "scheduling"), ("file", "filed", "filing"), ("close", "closed", "closing"),
+    ("create", "created", "creating"), ("pay", "paid", "paying"), ("open", "opened", "opening"),
+    ("register", "registered", "registering"), ("assign", "assigned", "assigning"),
+    ("approve", "approved", "approving"), ("renew", "renewed", "renewing"), ("activate", "activated", "activating"),
+    ("deactivate", "deactivated", "deactivating"),
+)
+
+def _forms(pattern: str) -> set[str]:
+    return {pattern.replace("l?", "l"), pattern.replace("l?", "")} if "l?" in pattern else {pattern}
+
+
+_BASES = frozenset(f for v in _CHANGE_VERBS for f in _forms(v[0]))
+_PASTS = frozenset(f for v in _CHANGE_VERBS for f in _forms(v[1]))
+_INGS = frozenset(f for v in _CHANGE_VERBS for f in _forms(v[2]))
+_VERB_FORMS = _BASES | _PASTS | _INGS
+_TOKEN = re.compile(r"[a-z0-9']+|[.!?;:\n]")
+_PUNCTUATION = frozenset(".!?;:\n")
+# Done: "has been cancelled", "I've updated", "I have booked", "I cancelled", "successfully refunded", "is now
+# changed", "was updated for you". Promised: "I'll change", "I will make sure to update", "I'm cancelling", "we
+# are going to refund", "let me book".
+_ADVERBS = frozenset(("now", "also", "just", "successfully"))
+_AHEAD = (("went", "ahead", "and"), ("gone", "ahead", "and"))
+_FILLERS = frozenset(("now", "also", "be"))
+_ON_THE_WAY = (("go", "ahead", "and"), ("proceed", "to"), ("make", "sure", "to"))
+_PASSIVE_FOLLOW = (("successfully",), ("just", "now"), ("for", "you"), ("on", "your", "behalf"), ("as", "requested"),
+                   ("as", "you", "asked"))
+_FIRST_PERSON = frozenset(("i", "we", "i've", "we've"))
+_FUTURE = (("i'll",), ("we'll",), ("i", "will"), ("we", "will"), ("i", "shall"), ("we", "shall"))
+_PRESENT = (("i'm",), ("we're",), ("i", "am"), ("we", "are"))
+
+
+def _strip(tail: list[str], singles: frozenset[str], phrases: tuple[tuple[str, ...], ...]) -> list[str]:
+    """`tail` without the adverbs (words or phrases) it ends with."""
+    while tail:
+        if tail[-1] in singles:
+            tail = tail[:-1]
+            continue
+        phrase = next((p for p in phrases if tuple(tail[-len(p):]) == p), None)
+        if phrase is None:
+            return tail
+        tail = tail[:-len(phrase)]
+    return tail
+
+
+def _ends(tail: list[str], endings: tuple[tuple[str, ...], ...]) -> bool:
+    return any(tuple(tail[-len(e):]) == e for e in endings)
+
+
+def _done_at(tokens: list[str], at: int, lead: list[str]) -> bool:
+    """Does the past participle at `at` complete a claim of a change made ("has been", "I have", "I")?"""
+    if "already" in lead[-3:]:
+        return False  # "has already been cancelled" describes what the agent found
+    if lead[-1:] == ["successfully"] or _ends(lead, (("is", "now"), ("are", "now"))):
+        return True
+    tail = _strip(lead, _ADVERBS, _AHEAD)
+    if tail[-1:] == ["been"]:
+        return _strip(tail[:-1], _ADVERBS, ())[-1:] in (["has"], ["have"], ["i've"], ["we've"])
+    if tail[-1:] and (tail[-1] in _FIRST_PERSON or _ends(tail, (("i", "have"), ("we", "have")))):
+        return True
+    if tail[-1:] in (["was"], ["were"]):
+        return any(tuple(tokens[at + 1:at + 1 + len(f)]) == f for f in _PASSIVE_FOLLOW)
+    return False
+
+
+def _promised_at(token: str, lead: list[str]) -> bool:
+    """Does the verb complete a promise to make a change ("I'll change", "I'm cancelling", "let me book")?"""
+    tail = _strip(lead, _FILLERS, _ON_THE_WAY)
+    if token in _BASES and (_ends(tail, _FUTURE + (("let", "me"),)) or (
+            tail[-2:] == ["going", "to"] and _ends(tail[:-2], _PRESENT))):
+        return True
+    return token in _INGS and _ends(tail, _PRESENT + _FUTURE)
+
+
+# A message that asks for the go-ahead proposes a change: what it promises is not yet a claim.
+_ASKS_GO_AHEAD = Phrases(("confirm", "proceed", "go ahead", "would you like me to", "do you want me to", "shall i",
+                          "should i", "is that correct", "is this correct", "is that right", "yes/no", "(yes)",
+                          "let me know if you'd like me to", "let me know if you want me to", "reply yes"))
+_ARITHMETIC = re.compile(r"[\d\s.+\-*/()%]+")
+_OPERATOR = re.compile(r"[+*/%()]| - ")  # a bare hyphen joins a date or a phone number
+_OPERAND = re.compile(r"\d+(?:\.\d+)?")
+_ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+           "november", "december")
+_ORDINAL = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd", 31: "st"}
+
+
+# Words that make the clause they open a condition or a time, not an assertion ("once they have been added").
+_SUBORDINATE = frozenset(("once", "if", "when", "whenever", "after", "before", "until", "unless", "whether",
+                          "can", "cannot", "can't", "could", "may", "might", "should", "would", "not", "never"))
+
+
+def claims_change(text: str, acting: bool = False) -> bool:
+    """Does a reply say that a change was made, or promise one without asking for the go-ahead? A promise in a
+    message that also makes a call (`acting`) is a plan being carried out, not an empty promise. A clause opened
+    by a condition, a modal or a negation ("once they have been added", "cannot be changed") asserts nothing."""
+    tokens = _TOKEN.findall(text.lower().replace("\u2019", "'"))
+    if _VERB_FORMS.isdisjoint(tokens):
+        return False
+    promised = False
+    start = 0
+    for at, token in enumerate(tokens):
+        if token in _PUNCTUATION:
+            start = at + 1
+            continue
+        if token not in _VERB_FORMS:
+            continue
+        lead = tokens[start:at]
+        if not _SUBORDINATE.isdisjoint(lead[-6:]):
+            continue
+        if token in _PASTS and _done_at(tokens, at, lead):
+            return True
+        promised = promised or (not acting and _promised_at(token, lead))
+    return promised and not _ASKS_GO_AHEAD.search(text)
+
+
+def enum_values(schema: Any) -> frozenset[str]:
+    """Every string a schema declares in an `enum` (anywhere in it), lower-cased: options, not facts."""
+    found: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict or isinstance(node, Mapping):
+            options = node.get("enum")
+            if type(options) is list:
+                found.update(o.lower() for o in options if type(o) is str)
+            stack.extend(v for v in node.values() if type(v) is dict or type(v) is list)
+        elif type(node) is list:
+            stack.extend(v for v in node if type(v) is dict or type(v) is list)
+    return frozenset(found)
+
+
+def is_value_string(text: str) -> bool:
+    """An id, name, code, date, amount, email or address, as opposed to free prose (which no rule can ground)."""
+    words = text.split()
+    if not words or len(words) > PROSE_WORDS:
+        return False
+    if any(c.isdigit() or c == "@" for c in text) or len(words) == 1:
+        return True
+    return len(words) <= 4 and all(w[:1].isupper() for w in words)  # a name or a place
+
+
+def value_leaves(arguments: Any, enums: frozenset[str]) -> list[Any]:
+    """The argument values that must come from the context: strings that are values (lower-cased, spaces
+    collapsed) and numbers (int, or float when not whole), skipping booleans, nulls, declared enum options, prose and small counts."""
+    found: list[Any] = []
+    stack = [arguments]
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is bool or value is None:
+            continue
+        if kind is dict:
+            stack.extend(value.values())
+        elif kind is list or kind is tuple:
+            stack.extend(value)
+        elif kind is str:
+            text = " ".join(value.split())
+            if _ARITHMETIC.fullmatch(text) and _OPERATOR.search(text):
+                # An expression is computed, not copied: its operands are what must come from the context.
+                stack.extend(_as_number(n) for n in _OPERAND.findall(text))
+                continue
+            lowered = text.lower()
+            if lowered in enums or not is_value_string(text):
+                continue
+            number = _as_number(text) if text[:1].isdigit() or text[:1] in "-." else None
+            if number is None:
+                found.append(lowered)
+            elif not (type(number) is int and abs(number) < SMALL_COUNT):
+                found.append(number)
+        elif kind is int:
+            if abs(value) >= SMALL_COUNT:
+                found.append(value)
+        elif kind is float or isinstance(value, (int, float, Fraction)):
+            number = _as_number(str(value))
+            if number is not None and not (type(number) is int and abs(number) < SMALL_COUNT):
+                found.append(number)
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+    return found
+
+
+def _as_number(text: str) -> int | float | None:
+    """A number written as text: an int when it is whole ("250", "250.0"), else a float; None when it is none."""
+    if "_" not in text:  # int() and float() read "1_000"; a logged value with an underscore is an id
+        try:
+            return int(text)
+        except ValueError:
+            pass
+    try:
+        number = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return int(number) if number.denominator == 1 else float(number)
+
+
+def spellings(value: Any) -> tuple[list[str], list[str]]:
+    """How a value may be written (lower case): (as data writes it, as people also write it). A number with and
+    without decimals, and also with separators; a date as ISO, and also as month and day; a string as itself."""
+    if type(value) is int:
+        return [str(value), f"{value}.0"], [f"{value:,}", f"{value}.00"]
+    if type(value) is float:
+        return [repr(value)], list(dict.fromkeys((f"{value:.2f}", f"{value:,.2f}")))
+    date = _ISO_DATE.fullmatch(value) if len(value) == 10 and value[4] == "-" else None
+    if date is None:
+        return [value], []
+    month, day = int(date.group(2)), int(date.group(3))
+    if not (1 <= month <= 12 and 1 <= day <= 31):
+        return [value], []
+    name = _MONTHS[month - 1]
+    days = (str(day), f"{day}{_ORDINAL.get(day, 'th')}")
+    forms = [f"{month}/{day}", f"{month:02d}/{day:02d}"]
+    for written in (name, name[:3]):
+        forms += [f"{written} {d}" for d in days] + [f"{d} {written}" for d in days] + [f"{days[1]} of {written}"]
+    return [value], forms
+
+
+def _found(needle: str, hay: str, end: int) -> bool:
+    """Is `needle` in `hay[:end]` with no letter or digit glued to either end of it?"""
+    start = 0
+    size = len(needle)
+    while True:
+        at = hay.find(needle, start, end)
+        if at < 0:
+            return False
+        before = hay[at - 1] if at else " "
+        after = hay[at + size] if at + size < len(hay) else " "
+        if not (before.isalnum() and needle[0].isalnum()) and not (after.isalnum() and needle[-1].isalnum()):
+            return True
+        start = at + 1
+
+
+class ConversationFacts:
+    """One conversation's messages as the tool checks read them, each derived once and only when asked."""
+
+    def __init__(self, messages: Sequence[Mapping[str, Any]], kind: Callable[[str], str]):
+        self.messages = messages
+        self.kind = kind
+        self._texts: dict[int, str] = {}
+        self._calls: dict[int, list[dict[str, Any]]] = {}
+        self._outcomes: dict[tuple[int, Any], str] = {}
+        self._affirmed: dict[int, bool] = {}
+        self._corpora: dict[str, tuple[str, list[int]]] = {}
+        self._grounded: dict[tuple[Any, int], bool] = {}
+        self._by_name: dict[str, list[tuple[int, dict[str, Any]]]] | None = None
+        self._canonicals: dict[int, str] = {}
+        self._yes, self._no = Phrases(AFFIRM), Phrases(NEGATE)
+
+    def text(self, index: int) -> str:
+        text = self._texts.get(index)
+        if text is None:
+            text = self._texts[index] = message_text(self.messages[index])
+        return text
+
+    def calls(self, index: int) -> list[dict[str, Any]]:
+        calls = self._calls.get(index)
+        if calls is None:
+            calls = self._calls[index] = tool_calls(self.messages[index])
+        return calls
+
+    def outcome(self, turn: int, call_id: Any) -> str:
+        """"ok", "error" or "unknown", from the call's own result."""
+        key = (turn, call_id)
+        outcome = self._outcomes.get(key)
+        if outcome is None:
+            result = tool_result(self.messages, call_id, turn + 1)
+            if result is None:
+                outcome = "unknown"
+            else:
+                text = message_text(result)
+                # A JSON object reports an error only under an "error" key: without that word it is no error.
+                plain = text.lstrip()[:1] == "{" and '"error"' not in text
+                outcome = "ok" if plain or not is_error_result(text) else "error"
+            self._outcomes[key] = outcome
+        return outcome
+
+    def user_affirmed(self, index: int) -> bool:
+        said = self._affirmed.get(index)
+        if said is None:
+            said = self._affirmed[index] = affirmed(self.text(index), self._yes, self._no)
+        return said
+
+    # -------------------------------------------------------------------------------------------- grounding
+    def _build(self, sources: str) -> tuple[str, list[int]]:
+        """Grounding text in one lower-cased string, in the order it became available, and for each message index
+        the length of the part available before it. "all": what the user said and what tools returned; "people":
+        what the user said; "endorsed": what the agent proposed and the user then said yes to."""
+        pieces: list[tuple[int, str]] = []
+        pending = -1  # the agent's last text, waiting for the user's next message
+        for index, message in enumerate(self.messages):
+            role = message.get("role")
+            if sources != "endorsed":
+                if role == "user":
+                    pieces.append((index, " ".join(self.text(index).split()).lower()))
+                elif role == "tool" and sources == "all":
+                    pieces.append((index, self.text(index).lower()))
+                continue
+            if role == "assistant" and self.text(index).strip():
+                pending = index
+            elif role == "user":
+                if pending >= 0 and self.user_affirmed(index):
+                    pieces.append((index, " ".join(self.text(pending).split()).lower()))
+                pending = -1
+        ends = [0] * (len(self.messages) + 1)
+        parts: list[str] = []
+        length, cursor = 0, 0
+        for index, text in pieces:
+            while cursor <= index:
+                ends[cursor] = length
+                cursor += 1
+            parts.append(text)
+            length += len(text) + 1
+        for rest in range(cursor, len(ends)):
+            ends[rest] = length
+        return "\n".join(parts) + "\n", ends
+
+    def _corpus(self, sources: str) -> tuple[str, list[int]]:
+        corpus = self._corpora.get(sources)
+        if corpus is None:
+            corpus = self._corpora[sources] = self._build(sources)
+        return corpus
+
+    def grounded(self, value: Any, before: int) -> bool:
+        """Is the value written in what the user said or a tool returned before message `before` (or, failing
+        that, in an agent proposal the user said yes to)?"""
+        corpus, ends = self._corpus("all")
+        key = (value, ends[before])
+        known = self._grounded.get(key)
+        if known is not None:
+            return known
+        data_forms, people_forms = spellings(value)
+        found = any(_found(form, corpus, ends[before]) for form in data_forms)
+        if not found and people_forms:
+            people, people_ends = self._corpus("people")
+            found = any(_found(form, people, people_ends[before]) for form in people_forms)
+        if not found:
+            endorsed, endorsed_ends = self._corpus("endorsed")
+            found = any(_found(form, endorsed, endorsed_ends[before]) for form in data_forms + people_forms)
+        self._grounded[key] = found
+        return found
+
+    def grounded_share(self, values: Sequence[Any], before: int) -> tuple[float | None, list[Any]]:
+        """(share of the call's values (`value_leaves`) found in the context, those not found); None for none."""
+        if not values:
+            return None, []
+        missing = [v for v in values if not self.grounded(v, before)]
+        return 1 - len(missing) / len(values), missing
+
+    # -------------------------------------------------------------------------------------- consent, claims
+    def went_ahead(self, turn: int) -> bool:
+        """Did the user say yes since the agent last wrote to them (its proposal), before this turn?"""
+        for index in range(turn - 1, -1, -1):
+            message = self.messages[index]
+            role = message.get("role")
+            if role == "user" and self.user_affirmed(index):
+                return True
+            if role == "assistant" and self.text(index).strip():
+                return False
+        return False
+
+    def proposed(self, values: Sequence[Any], turn: int) -> bool:
+        """Are all the call's values (`value_leaves`) in the agent's last proposal or what the user said since?"""
+        texts = []
+        for index in range(turn - 1, -1, -1):
+            role = self.messages[index].get("role")
+            if role == "user":
+                texts.append(self.text(index))
+            elif role == "assistant" and self.text(index).strip():
+                texts.append(self.text(index))
+                break
+        hay = " ".join(" ".join(t.split()) for t in texts).lower()
+        return all(any(_found(form, hay, len(hay)) for forms in spellings(v) for form in forms) for v in values)
+
+    def changed_since_user(self, turn: int) -> bool:
+        """Did a state-changing or hand-off call that took effect run since the user's last message (this turn's
+        own calls included)?"""
+        for index in range(turn, -1, -1):
+            message = self.messages[index]
+            role = message.get("role")
+            if role == "user":
+                return False
+            if role == "assistant":
+                for call in self.calls(index):
+                    if self.kind(call["name"]) != "read" and self.outcome(index, call["id"]) != "error":
+                        return True
+        return False
+
+    def repeats_failure(self, turn: int, call: Mapping[str, Any]) -> bool:
+        """Is this call, same name and same arguments, one that already returned an error before this turn?"""
+        if self._by_name is None:
+            self._by_name = {}
+            for index, message in enumerate(self.messages):
+                if message.get("role") == "assistant":
+                    for earlier in self.calls(index):
+                        self._by_name.setdefault(earlier["name"], []).append((index, earlier))
+        earlier = [(i, c) for i, c in self._by_name.get(call["name"], ()) if i < turn]
+        if not earlier:
+            return False
+        same = self._canonical(call)
+        return any(self._canonical(c) == same and self.outcome(i, c["id"]) == "error" for i, c in earlier)
+
+    def _canonical(self, call: Mapping[str, Any]) -> str:
+        key = id(call)
+        canonical = self._canonicals.get(key)
+        if canonical is None:
+            canonical = self._canonicals[key] = canonical_arguments(call["arguments"])
+        return canonical
+
+
+def canonical_arguments(raw: Any) -> str:
+    """The arguments as one comparable string (key order and spacing ignored); the raw text when they do not parse."""
+    arguments, _ = parse_arguments(raw)
+    if arguments is None:
+        return str(raw)
+    return json.dumps(arguments, sort_keys=True, default=str)
