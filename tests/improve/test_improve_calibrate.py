@@ -128,9 +128,19 @@ def test_output_is_deterministic_and_does_not_hang_on_line_order(case, capsys):
 
 
 def test_json_output_and_default_grouping_without_transcripts(case, capsys):
+    extra = [{"conversation_id": "unlabelled", "turn_index": 1, "score": 0.5, "applicable": True,
+              "breakdown": {"quality": 0.9}, "reason": "", "reward": IDENTITY},
+             {"conversation_id": "c00-0", "turn_index": 9, "score": 0.0, "applicable": False, "breakdown": {},
+              "reason": "", "reward": IDENTITY},
+             {"conversation_id": "nothing", "turn_index": 1, "score": 0.0, "applicable": False, "breakdown": {},
+              "reason": "", "reward": IDENTITY}]
+    with open(case["graded"], "ab") as f:
+        f.write(b"".join(orjson.dumps(r) + b"\n" for r in extra))
     report = calibrate(capsys, case, "--folds", "4", output="reward.json", transcripts=False)
     assert report["grouping"].startswith("metadata.task_id where present")
-    assert report["calibration"]["fitted"]["counts"]["groups"] == 70  # no metadata: each conversation alone
+    counts = report["calibration"]["fitted"]["counts"]
+    assert (counts["conversations"], counts["unlabelled"], counts["no_applicable_turn"]) == (70, 1, 1)
+    assert counts["groups"] == 70  # no metadata: each conversation alone
     assert report["length_measure"] == "messages through the last graded turn"
     assert load_reward_file(case["dir"] / "reward.json")[0] == "toy"
 

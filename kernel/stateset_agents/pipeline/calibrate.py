@@ -53,7 +53,9 @@ class GradedTurns:
     """What calibration needs of graded.jsonl: each conversation's applicable turns (breakdown and the reward's
     own score), its last graded turn, and the one reward identity every row carries."""
 
-    def __init__(self):
+    def __init__(self, keep: set[str] | None = None):
+        self.keep = keep  # the conversations whose turns are kept (None: all); the others are only counted
+        self.applicable: set[str] = set()
         self.breakdowns: dict[str, list[dict[str, Any]]] = {}
         self.scores: dict[str, list[float]] = {}
         self.last_turn: dict[str, int] = {}
@@ -63,17 +65,18 @@ class GradedTurns:
     def add(self, cid: str, turn: int, applicable: bool, score: float, breakdown: Mapping[str, Any]) -> None:
         self.rows += 1
         self.last_turn[cid] = max(self.last_turn.get(cid, -1), turn)
-        self.breakdowns.setdefault(cid, [])
-        self.scores.setdefault(cid, [])
         if applicable:
-            self.breakdowns[cid].append(dict(breakdown))
-            self.scores[cid].append(score)
+            self.applicable.add(cid)
+            if self.keep is None or cid in self.keep:
+                self.breakdowns.setdefault(cid, []).append(dict(breakdown))
+                self.scores.setdefault(cid, []).append(score)
 
 
-def read_graded_turns(path: str | os.PathLike) -> GradedTurns:
-    """graded.jsonl, each row checked as `improve audit` checks it, plus its breakdown and reward identity."""
+def read_graded_turns(path: str | os.PathLike, keep: set[str] | None = None) -> GradedTurns:
+    """graded.jsonl, each row checked as `improve audit` checks it, plus its breakdown and reward identity; the
+    applicable turns of the conversations in `keep` (default all) are kept (a large log, a few labels)."""
     shown = str(path)
-    graded = GradedTurns()
+    graded = GradedTurns(keep)
     for line, row in read_jsonl(path, display=shown):
         cid, turn, score, applicable = _check_grade_row(row, shown, line)
         reward = row.get("reward")
@@ -450,11 +453,6 @@ def run_calibrate(graded: str | os.PathLike, output: str | os.PathLike, *, label
     if group_key is not None and transcripts is None:
         raise InputError("--group-key names a metadata key of the transcripts: give --transcripts DIR too",
                          field="group_key")
-    turns = read_graded_turns(graded)
-    identity = turns.identity
-    shown = str(graded)
-    name, own, previous = _graded_config(identity, reward_config, policy, shown)
-
     if labels is not None:
         label_of = read_label_file(labels)
         label_source = {"from": "file", "sha256": sha256_file(labels)}
@@ -462,9 +460,13 @@ def run_calibrate(graded: str | os.PathLike, output: str | os.PathLike, *, label
         label_of, _ = read_label_key(transcripts, label_key)
         label_source = {"from": f"transcripts metadata.{label_key}",
                         "sha256": sha256_file(transcripts_path(transcripts))}
+    turns = read_graded_turns(graded, keep=set(label_of))
+    identity = turns.identity
+    shown = str(graded)
+    name, own, previous = _graded_config(identity, reward_config, policy, shown)
     facts, facts_shown = _transcript_facts(transcripts, group_key) if transcripts is not None else ({}, None)
 
-    ids = sorted(cid for cid, b in turns.breakdowns.items() if b and cid in label_of)
+    ids = sorted(turns.breakdowns)  # labelled, with an applicable turn
     y = [label_of[c] if isinstance(label_of[c], bool) else label_of[c] > BINARISE_AT for c in ids]
     positives = sum(y)
     if positives < MIN_PER_CLASS or len(y) - positives < MIN_PER_CLASS:
@@ -516,9 +518,8 @@ def run_calibrate(graded: str | os.PathLike, output: str | os.PathLike, *, label
         },
         "counts": {"conversations": len(ids), "positives": positives, "negatives": len(ids) - positives,
                    "groups": len(set(groups)), "turns": sum(len(t) for t in conversations),
-                   "labels": len(label_of), "unlabelled": sum(1 for c, b in turns.breakdowns.items()
-                                                              if b and c not in label_of),
-                   "no_applicable_turn": sum(1 for b in turns.breakdowns.values() if not b)},
+                   "labels": len(label_of), "unlabelled": len(turns.applicable - set(label_of)),
+                   "no_applicable_turn": len(turns.last_turn) - len(turns.applicable)},
     }
     calibration = {k: final[k] for k in ("method", "features", "intercept", "weights", "fill")}
     calibration["fitted"] = fitted
