@@ -477,42 +477,52 @@ class _Context:
         return records
 
 
-_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
-    "object": lambda v: isinstance(v, Mapping), "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool), "null": lambda v: v is None,
-    "integer": lambda v: not isinstance(v, bool) and (isinstance(v, int) or isinstance(v, float) and v.is_integer()),
-    "number": lambda v: not isinstance(v, bool) and isinstance(v, (int, float)),
-}
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {"object": Mapping, "array": list, "string": str,
+                                                  "boolean": bool, "number": (int, float), "integer": (int, float)}
+
+
+def _is_json_type(value: Any, kind: Any) -> bool:
+    if kind == "null":
+        return value is None
+    python = _JSON_TYPES.get(kind)
+    if python is None:  # a type this check does not know: not its to refuse
+        return True
+    if kind in ("number", "integer") and isinstance(value, bool):  # JSON's true is no number
+        return False
+    return isinstance(value, python) and (kind != "integer" or isinstance(value, int) or value.is_integer())
 
 
 def _fits_schema(schema: Any, value: Any) -> bool:
     """Does `value` fit a tool's JSON schema in what a call's shape depends on: `type`, `enum`, `required`,
-    `properties`, `additionalProperties: false` and `items`, at any depth (other keywords are not checked)? A few
+    `properties`, `additionalProperties` and `items`, at any depth (other keywords are not checked)? A few
     dictionary lookups per argument, where a full validator costs hundreds of calls per tool call."""
     if not isinstance(schema, Mapping):
         return True
     kind = schema.get("type")
     if kind is not None:
-        kinds = kind if isinstance(kind, list) else [kind]
-        if not any(_JSON_TYPES.get(k, lambda v: True)(value) for k in kinds):
+        if isinstance(kind, list):
+            if not any(_is_json_type(value, k) for k in kind):
+                return False
+        elif not _is_json_type(value, kind):
             return False
     if "enum" in schema and value not in schema["enum"]:
         return False
     if isinstance(value, Mapping):
         properties = schema.get("properties") or {}
-        if any(key not in value for key in schema.get("required") or ()):
-            return False
+        for key in schema.get("required") or ():
+            if key not in value:
+                return False
+        extra = schema.get("additionalProperties", True)
         for key, item in value.items():
-            if key in properties:
-                if not _fits_schema(properties[key], item):
+            inner = properties.get(key, extra)
+            if inner is False or not _fits_schema(inner, item):
+                return False
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            for item in value:
+                if not _fits_schema(items, item):
                     return False
-            elif schema.get("additionalProperties") is False:
-                return False
-            elif isinstance(schema.get("additionalProperties"), Mapping) and not _fits_schema(
-                    schema["additionalProperties"], item):
-                return False
-    elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-        return all(_fits_schema(schema["items"], item) for item in value)
     return True
 
 

@@ -49,7 +49,10 @@ def _known(*values: Any) -> bool:
 def _strict(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a function so any unknown argument makes the result unknown."""
     def wrapped(*args: Any) -> Any:
-        return fn(*args) if _known(*args) else UNKNOWN
+        for value in args:  # a loop, not `_known`: these wrap every helper call of every rule
+            if value is UNKNOWN or value is None:
+                return UNKNOWN
+        return fn(*args)
     return wrapped
 
 
