@@ -117,7 +117,7 @@ def measure(reward: str, config: dict, records: list[dict], labels: dict[str, bo
     cv = cal.cross_validate(conversations, y, groups, features, folds=folds, seed=seed)
     assert cv["folds"] == assignment  # the same folds as (a) and (c)
     result["calibrated"] = {**summary(cv["scores"]), "features": features, "fold_fits": cv["fits"],
-                            "fitted": "check weights, C and fill rule, inside each training fold only"}
+                            "fitted": "check weights (C, fill rule and scaling too) inside each training fold only"}
     # In sample, for contrast only: fitted and scored on the same 100 conversations (optimistic by construction).
     fit_rows = [i for i, t in enumerate(conversations) if t]
     settings, _ = cal.choose_settings([conversations[i] for i in fit_rows], [y[i] for i in fit_rows],
