@@ -155,12 +155,35 @@ def test_looped_sentence_repeats_one_sentence_of_one_reply():
     assert turn["broken"].replace(" " + looped, "", turn["broken"].count(looped) - 1) == turn["original"]
 
 
+def inserted(original: str, broken: str) -> str:
+    """What was inserted into `original` to make `broken` (whitespace normalised)."""
+    a, b = " ".join(original.split()), " ".join(broken.split())
+    start = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a))
+    end = next((i for i, (x, y) in enumerate(zip(reversed(a[start:]), reversed(b[start:]))) if x != y),
+               len(a) - start)
+    assert a[:start] + a[len(a) - end:] == a
+    return b[start:len(b) - end].strip()
+
+
 def test_insult_added_adds_one_insult_and_keeps_the_reply():
-    for seed in range(6):
+    slots = {r"\{a\}": "an?", r"\{adj\}": "[a-z-]+", r"\{Adj\}": "[A-Z][a-z-]+", r"\{noun\}": "[a-z]+"}
+    composed = []
+    for frame in breakages._INSULT_FRAMES:
+        pattern = re.escape(frame)
+        for slot, fill in slots.items():
+            pattern = pattern.replace(slot, fill)
+        composed.append(pattern)
+    kinds = set()
+    for seed in range(12):
         (turn,) = break_conversation(shop(), "insult_added", seed=seed).turns
-        added = [p for p in breakages._INSULTS if p in turn["broken"]]
-        assert len(added) == 1
-        assert " ".join(turn["broken"].replace(added[0], "").split()) == " ".join(turn["original"].split())
+        insult = inserted(turn["original"], turn["broken"])
+        fixed = insult in breakages._INSULTS
+        kinds.add(fixed)
+        assert fixed or any(re.fullmatch(c, insult) for c in composed), insult
+        if not fixed:
+            assert any(a in insult.lower() for a in breakages._INSULT_ADJECTIVES)
+            assert any(n in insult for n in breakages._INSULT_NOUNS)
+    assert kinds == {True, False}  # both fixed phrasings and composed ones
 
 
 def test_ungrounded_numbers_change_every_number_and_id_of_a_reply_to_values_found_nowhere():

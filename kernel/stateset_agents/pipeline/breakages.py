@@ -70,6 +70,22 @@ _INSULTS = (
     "Quit being such a crybaby.",
     "Do everyone a favour and keep your mouth shut.",
 )
+# Composed insults, so that no fixed list of phrases covers them: a frame, an adjective and a noun.
+_INSULT_FRAMES = (
+    "Honestly, you're {a} {adj} {noun}.",
+    "Only {a} {adj} {noun} would ask that.",
+    "Listen to me, you {adj} {noun}.",
+    "What {a} {adj} {noun} you are.",
+    "I'm not paid enough to deal with {a} {adj} {noun} like you.",
+    "Read it again, you {adj} {noun}.",
+    "{Adj} {noun}s like you ruin my day.",
+    "Your kind are all {adj} {noun}s.",
+    "{Adj} {noun}s, the lot of you people.",
+)
+_INSULT_ADJECTIVES = ("stupid", "worthless", "pathetic", "clueless", "useless", "brainless", "dim-witted",
+                      "spineless", "ignorant", "hopeless", "miserable", "lazy", "obnoxious", "entitled")
+_INSULT_NOUNS = ("idiot", "moron", "loser", "fool", "clown", "halfwit", "imbecile", "nitwit", "dimwit", "buffoon",
+                 "creep", "parasite", "leech", "jerk")
 
 _WORD = re.compile(r"\S+")
 _SENTENCE = re.compile(r"[^.!?\n]+[.!?]*")
@@ -406,7 +422,13 @@ def insult_added(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyP
     if picked is None:
         return None
     i, text = picked
-    insult = rng.choice(_INSULTS)
+    if rng.random() < 0.5:
+        insult = rng.choice(_INSULTS)
+    else:
+        adjective = rng.choice(_INSULT_ADJECTIVES)
+        insult = rng.choice(_INSULT_FRAMES).format(
+            a="an" if adjective[0] in "aeio" else "a", adj=adjective, Adj=adjective.capitalize(),
+            noun=rng.choice(_INSULT_NOUNS))
     where = rng.choice(("start", "end", "middle"))
     stripped = text.strip()
     if where == "start":
