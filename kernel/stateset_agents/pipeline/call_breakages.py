@@ -28,6 +28,11 @@ _CLAIMS = (
     "Great news, the {obj}{ref} has been {past}. Everything is taken care of.",
     "I went ahead and {past} your {obj}{ref}. You're all set.",
     "The {obj}{ref} was {past} just now, as requested.",
+    "Good news: I've {past} the {obj}{ref}, so nothing more is needed from you.",
+    "That's taken care of. Your {obj}{ref} is {past}.",
+    "I {past} your {obj}{ref} a moment ago; it should already show in your account.",
+    "Your {obj}{ref} is {past} now. Thanks for your patience!",
+    "Okay, the {obj}{ref} has just been {past} on our side.",
 )
 # Without a declared write tool to name: completed changes a support agent might claim.
 _GENERIC_ACTIONS = (("processed", "refund"), ("cancelled", "order"), ("updated", "account details"),
