@@ -81,6 +81,7 @@ def test_fits_the_signal_out_of_fold_and_writes_a_reward_config_the_kernel_loads
     assert cal["weights"]["quality"] > 0
     measured = report["measured"]
     assert measured["uncalibrated"]["auc"] == 0.5  # a constant score ranks nothing
+    assert report["notes"] == []  # a clear gain over the reward's own weights and over length
     assert measured["calibrated"]["auc"] > 0.85
     for m in measured.values():
         low, high = m["interval"]
@@ -267,3 +268,17 @@ def test_the_kernel_applies_the_fitted_weights_as_calibrate_scored_them(tmp_path
     for cid, graded in turns.items():
         mean = math.fsum(r["score"] for r in graded) / len(graded)
         assert mean == pytest.approx(conversation_score(calibration, [r["breakdown"] for r in graded]), abs=1e-15)
+
+
+def test_says_when_the_fit_does_not_beat_the_rewards_own_weights(case, capsys):
+    grades = [json.loads(x) for x in case["graded"].read_text().splitlines()]
+    label_of = {r["id"]: r["label"] for r in map(json.loads, case["labels"].read_text().splitlines())}
+    for g in grades:  # the reward's own score now knows the label; its checks still carry only part of it
+        if g["applicable"]:
+            g["score"] = 0.9 if label_of[g["conversation_id"]] else 0.1
+    write_lines(case["graded"], grades)
+    capsys.readouterr()
+    assert main(["improve", "calibrate", "--graded", str(case["graded"]), "--labels", str(case["labels"]),
+                 "--output", str(case["dir"] / "r.yaml"), "--draws", "200"]) == 0
+    out = capsys.readouterr()
+    assert "rank no better than the reward's own" in out.err and "calibrated AUC" in out.out

@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from ..formatting import fmt as _fmt
-from .app import console, improve_app
+from .app import console, err_console, improve_app
 
 
 def _auc(measured: dict) -> str:
@@ -78,4 +78,6 @@ def calibrate_cmd(
     console.print(weights)
     if fitted["dropped_constant"]:
         console.print(f"constant here, not weighted: {', '.join(fitted['dropped_constant'])}")
+    for note in report["notes"]:
+        err_console.print(f"[yellow]note:[/] {note}", soft_wrap=True)
     console.print(f"Wrote {report['output']}. Use it with --reward-config {report['output']}")

@@ -528,4 +528,18 @@ def run_calibrate(graded: str | os.PathLike, output: str | os.PathLike, *, label
     write_text(out, _dump(document, out))
     return {"output": str(out), "reward": identity, "calibration": calibration, "features": features,
             "measured": measured, "folds": cv["folds"], "fold_fits": cv["fits"], "length_measure": length_measure,
-            "grouping": grouping}
+            "grouping": grouping, "notes": _notes(measured)}
+
+
+def _notes(measured: Mapping[str, Any]) -> list[str]:
+    """What a reader should take from the figures, said plainly."""
+    calibrated, own = measured["calibrated"], measured["uncalibrated"]
+    notes = []
+    if calibrated["auc"] <= own["auc"]:
+        notes.append(f"out of fold the fitted weights rank no better than the reward's own ({calibrated['auc']:.3f} "
+                     f"vs {own['auc']:.3f}): keep the reward as it is, or calibrate on more labels")
+    elif calibrated["interval"] and calibrated["interval"][0] <= own["auc"]:
+        notes.append("the gain over the reward's own weights is within the interval: it may not hold on new logs")
+    if calibrated["interval"] and calibrated["interval"][0] <= measured["length"]["auc"]:
+        notes.append("the interval's lower bound does not clear the length-only baseline")
+    return notes
