@@ -3,7 +3,8 @@ r"""SFT: supervised fine-tuning on the curated completions.
     L(theta) = -1 / sum_i |y_i| * sum_i sum_t log pi_theta(y_i,t | x_i, y_i,<t)
 
 (token-level mean negative log-likelihood of the completion tokens only; prompt tokens are context). No sampling,
-no reward during training; ``temperature`` and ``max_new_tokens`` only set the held-out evaluation's decoding.
+no reward during training; ``temperature`` and ``max_new_tokens`` are unused (the evaluation has its own protocol,
+`evaluation.EvalProtocol`: greedy by default).
 """
 from __future__ import annotations
 
