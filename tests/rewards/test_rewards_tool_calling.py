@@ -137,3 +137,341 @@ def test_real_tau_airline_auc(score_auc):
     print(f"\ntool_calling ROC AUC on tau-airline dev: with expected calls {with_expected:.3f}, "
           f"without {without_expected:.3f} (no threshold)")
     assert with_expected >= 0.9
+
+
+# ------------------------------------------------------------------------------ judged from the conversation itself
+ADDRESS_TOOLS = [
+    {"type": "function", "function": {"name": "get_order", "parameters": {
+        "type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}}},
+    {"type": "function", "function": {"name": "update_shipping_address", "parameters": {
+        "type": "object", "properties": {"order_id": {"type": "string"}, "address": {"type": "string"},
+                                         "speed": {"type": "string", "enum": ["standard", "express"]}},
+        "required": ["order_id", "address"]}}},
+]
+
+
+def address_conversation(address_argument, *, user_says_yes=True, order_in_result="NW-1"):
+    """The user asks to change an address; the agent looks the order up, proposes, and writes."""
+    return conversation([
+        user("Please change the address on NW-1 to 48 Elm Street, Austin 78701."),
+        assistant(None, [("get_order", '{"order_id": "NW-1"}')]),
+        tool("call_0_get_order", json.dumps({"order_id": order_in_result, "status": "processing"})),
+        assistant("I'll change the address on NW-1 to 48 Elm Street, Austin 78701. Shall I go ahead?"),
+        user("Yes, please." if user_says_yes else "Hmm, let me think about it."),
+        assistant(None, [("update_shipping_address", json.dumps(
+            {"order_id": "NW-1", "address": address_argument, "speed": "express"}))]),
+        tool("call_0_update_shipping_address", '{"ok": true}'),
+    ], ADDRESS_TOOLS)
+
+
+def test_an_argument_value_found_nowhere_in_the_context_scores_lower():
+    reward = ToolCallingReward()
+    said = reward.grade_turn(address_conversation("48 Elm Street, Austin 78701"), 5)
+    invented = reward.grade_turn(address_conversation("12 Oak Avenue, Boston 02101"), 5)
+    assert said.score == 1.0 and said.breakdown["grounded"] == 1.0
+    assert invented.breakdown["grounded"] == 0.5  # the order id was said, the address was not
+    assert invented.score < said.score and "found nowhere" in invented.reason
+    # a declared enum option ("express") is a choice, not a fact: it needs no grounding
+    assert "express" not in invented.reason
+
+
+def test_values_match_after_normalising_numbers_and_dates():
+    tools = [{"type": "function", "function": {"name": "search_flights", "parameters": {
+        "type": "object", "properties": {"date": {"type": "string"}, "budget": {"type": "number"}}}}}]
+    reward = ToolCallingReward()
+
+    def grade(arguments):
+        conv = conversation([user("I'd like to fly on May 20th, budget $1,250."),
+                             assistant(None, [("search_flights", json.dumps(arguments))])], tools)
+        return reward.grade_turn(conv, 1)
+
+    assert grade({"date": "2024-05-20", "budget": 1250}).breakdown["grounded"] == 1.0
+    assert grade({"date": "2024-05-21", "budget": 1250.0}).breakdown["grounded"] == 0.5
+    assert grade({"date": "2024-05-20", "budget": 1350}).breakdown["grounded"] == 0.5
+
+
+def test_an_errored_call_scores_low_and_a_blind_retry_lower_still():
+    reward = ToolCallingReward()
+    calls = [user("Look up order A1 and B2 please."),
+             assistant(None, [("get_order", '{"order_id": "A1"}')]),
+             tool("call_0_get_order", "Error: order not found")]
+    blind = conversation(calls + [assistant(None, [("get_order", '{"order_id":"A1"}')]),
+                                  tool("call_0_get_order", "Error: order not found")], TOOLS)
+    changed = conversation(calls + [assistant(None, [("get_order", '{"order_id": "B2"}')]),
+                                    tool("call_0_get_order", '{"status": "shipped"}')], TOOLS)
+    first = reward.grade_turn(blind, 1)
+    assert first.breakdown["ok"] == 0.0 and first.score < 1.0 and "error" in first.reason
+    retry = reward.grade_turn(blind, 3)
+    assert retry.breakdown["fresh"] == 0.0 and "repeats a call that already failed" in retry.reason
+    assert retry.score < first.score  # same arguments, same failure: worse than the first try
+    assert reward.grade_turn(changed, 3).score == 1.0  # a changed retry that works is fine
+
+
+def test_a_write_needs_the_users_go_ahead_on_the_values_the_agent_proposed():
+    reward = ToolCallingReward()
+    agreed = reward.grade_turn(address_conversation("48 Elm Street, Austin 78701"), 5)
+    assert agreed.breakdown["consent"] == 1.0
+    unasked = reward.grade_turn(address_conversation("48 Elm Street, Austin 78701", user_says_yes=False), 5)
+    assert unasked.breakdown["consent"] == 0.0 and "go-ahead" in unasked.reason
+    assert unasked.score < agreed.score
+    # "No, wait... yes" is not a go-ahead, and a yes to a proposal that named other values covers only those
+    conv = address_conversation("48 Elm Street, Austin 78701")
+    conv["messages"][4] = user("No, wait. Yes, actually.")
+    assert reward.grade_turn(conv, 5).breakdown["consent"] == 0.0
+    conv = address_conversation("48 Elm Street, Austin 78701")
+    conv["messages"][3] = assistant("I can update the delivery address for you. Shall I go ahead?")
+    partial = reward.grade_turn(conv, 5)
+    assert partial.breakdown["consent"] == 0.5 and "did not name" in partial.reason
+
+
+def test_a_reply_claiming_a_change_no_call_made_scores_zero():
+    reward = ToolCallingReward()
+    ask = [user("Please change the address on NW-1 to 48 Elm Street.")]
+    promised = conversation(ask + [assistant("I'll make sure to change the address to 48 Elm Street.")], ADDRESS_TOOLS)
+    done = conversation(ask + [assistant("Your address has been updated to 48 Elm Street.")], ADDRESS_TOOLS)
+    for conv in (promised, done):
+        grade = reward.grade_turn(conv, 1)
+        assert grade.applicable and grade.score == 0.0 and grade.breakdown["claims"] == 0.0
+    # a claim backed by a write since the user's last message, a proposal that asks first, or a conditional clause
+    backed = conversation(ask + [assistant(None, [("update_shipping_address",
+                                                   '{"order_id": "NW-1", "address": "48 Elm Street"}')]),
+                                 tool("call_0_update_shipping_address", '{"ok": true}'),
+                                 assistant("Your address has been updated to 48 Elm Street.")], ADDRESS_TOOLS)
+    assert not reward.grade_turn(backed, 3).applicable
+    for text in ("I'll change the address to 48 Elm Street. Would you like me to proceed?",
+                 "The address cannot be changed once the order has been shipped."):
+        assert not reward.grade_turn(conversation(ask + [assistant(text)], ADDRESS_TOOLS), 1).applicable
+    # with expected calls too, and a write that failed backs nothing
+    expected = [{"name": "update_shipping_address", "arguments": {"order_id": "NW-1", "address": "48 Elm Street"}}]
+    promised["metadata"]["expected_tool_calls"] = expected
+    assert reward.grade_turn(promised, 1).score == 0.0
+    failed = json.loads(json.dumps(backed))
+    failed["messages"][2] = tool("call_0_update_shipping_address", "Error: order already shipped")
+    assert reward.grade_turn(failed, 3).breakdown["claims"] == 0.0
+
+
+def test_undeclared_and_missing_arguments_fail_the_schema_check():
+    reward = ToolCallingReward()
+    conv = conversation([user("order A1"), assistant(None, [("get_order", '{"order_id": "A1", "verbose": true}')])],
+                        TOOLS)
+    grade = reward.grade_turn(conv, 1)
+    assert grade.breakdown["schema"] == 1 / 3 and "does not declare: verbose" in grade.reason
+    conv["messages"] += [tool("call_0_get_order", '{"status": "shipped"}'), assistant("It has shipped.")]
+    conv["metadata"]["expected_tool_calls"] = [{"name": "refund", "arguments": {"order_id": "A1", "amount": 1}}]
+    expected_mode = reward.grade_turn(conv, 1)  # a lookup that does not fit its tool counts, even against expected
+    assert expected_mode.applicable and expected_mode.score == 0.0
+
+
+def test_quickstart_holes_answering_without_the_expected_lookup_and_a_claimed_change():
+    from pathlib import Path
+
+    samples = Path(__file__).resolve().parents[2] / "kernel" / "stateset_agents" / "samples" / "held_out.jsonl"
+    cases = [json.loads(line) for line in samples.read_text().splitlines() if line.strip()]
+    reward = ToolCallingReward()
+    case = next(c for c in cases if c["metadata"]["scenario"] == "order_status")
+    order = case["metadata"]["expected_tool_calls"][0]["arguments"]["order_id"]
+
+    def grade(reply):
+        conv = {"id": "held-out", "messages": case["prompt"] + [reply], "tools": case["tools"],
+                "metadata": case["metadata"]}
+        return reward.grade_turn(conv, len(case["prompt"]))
+
+    looked_up = grade(assistant(None, [("get_order", json.dumps({"order_id": order}))]))
+    assert looked_up.score == 1.0
+    answered = grade(assistant(f"Your order {order} has shipped and should arrive tomorrow."))
+    assert answered.score <= 0.1 and answered.breakdown["lookups"] == 0.0
+    address = next(c for c in cases if c["metadata"]["scenario"] == "address_change")
+    conv = {"id": "held-out", "tools": address["tools"], "metadata": address["metadata"],
+            "messages": address["prompt"] + [assistant("I'll make sure to change the address to 48 Elm Street.")]}
+    claimed = reward.grade_turn(conv, len(address["prompt"]))
+    assert claimed.score == 0.0 and claimed.breakdown["claims"] == 0.0
+    del conv["metadata"]  # without expected calls the claim alone sinks it
+    assert reward.grade_turn(conv, len(address["prompt"])).score == 0.0
+
+
+def test_expected_lookups_count_only_where_no_write_is_expected():
+    reward = ToolCallingReward()
+    lookup = {"name": "get_order", "arguments": {"order_id": "A1"}}
+    write = {"name": "refund", "arguments": {"order_id": "A1", "amount": 250}}
+    messages = [user("refund 250 on order A1"), assistant(None, [refund_call({"order_id": "A1", "amount": 250})]),
+                tool("call_0_refund", '{"ok": true}'), assistant("Done.")]
+    with_write = reward.grade_turn(conversation(messages, TOOLS, expected_tool_calls=[lookup, write]), 3)
+    assert with_write.score == 1.0 and "lookups" not in with_write.breakdown  # the write shows what it knew
+    only_lookup = conversation([user("where is order A1?"), assistant("It is on its way.")], TOOLS,
+                               expected_tool_calls=[lookup])
+    assert reward.grade_turn(only_lookup, 1).breakdown["completion"] == 0.0
+
+
+def test_breakdown_keeps_numeric_checks_at_the_top_level_and_the_version_moved():
+    reward = ToolCallingReward()
+    assert reward.version != "1.0.0"
+    for conv, turn in ((address_conversation("48 Elm Street, Austin 78701"), 5),
+                       (conversation([user("refund A1"), assistant(None, [refund_call({"order_id": "A1",
+                                                                                        "amount": 30})])],
+                                     TOOLS, expected_tool_calls=[]), 1)):
+        breakdown = reward.grade_turn(conv, turn).breakdown
+        numbers = {k: v for k, v in breakdown.items() if isinstance(v, float)}
+        assert {"schema", "grounded", "fresh"} <= set(numbers) and isinstance(breakdown["calls"], list)
+        assert all(0.0 <= v <= 1.0 for v in numbers.values())
+
+
+def test_grade_conversation_equals_grading_turn_by_turn_on_real_logs():
+    from helpers.realdata import tau_log_records
+    from stateset_agents.components import assistant_turns
+
+    reward = ToolCallingReward()
+    for expected in (True, False):
+        for record in tau_log_records(with_expected_calls=expected)[::10]:
+            turns = assistant_turns(record)
+            assert reward.grade_conversation(record, turns) == [reward.grade_turn(record, t) for t in turns]
+
+
+# ------------------------------------------------------------------------- metamorphic: broken copies score lower
+# Small breakage generators of our own (seeded); `improve audit --robustness` has the product's. None knows how the
+# reward works: each makes a copy that is plainly worse, the way a model under RL might.
+LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ"
+
+
+def _text_before(record, index):
+    parts = []
+    for message in record["messages"][:index]:
+        parts.append(message.get("content") if isinstance(message.get("content"), str) else "")
+        parts += [c["function"]["arguments"] or "" for c in message.get("tool_calls") or ()]
+    return "\n".join(parts).lower()
+
+
+def _calls(record, writes_first=True):
+    from stateset_plugins.rewards._tools import declared_tools, tool_kind
+
+    declared = declared_tools(record)
+    calls = [(i, j, c) for i, m in enumerate(record["messages"]) for j, c in enumerate(m.get("tool_calls") or ())]
+    writes = [x for x in calls if tool_kind(x[2]["function"]["name"], declared.get(x[2]["function"]["name"]))
+              == "write"]
+    return (writes or calls) if writes_first else calls
+
+
+def _leaves(value, path=()):
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _leaves(item, path + (key,))
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            yield from _leaves(item, path + (n,))
+    elif not isinstance(value, bool) and isinstance(value, (str, int, float)):
+        yield path, value
+
+
+def break_argument(record, rng):
+    """One value a call took from the context (an id, a name, a date, an amount) changed to one found nowhere."""
+    import copy
+    import re
+
+    everything = _text_before(record, len(record["messages"]))
+    candidates = []
+    for i, j, call in _calls(record):
+        arguments = json.loads(call["function"]["arguments"] or "{}")
+        before = _text_before(record, i)
+        for path, value in _leaves(arguments):
+            text = str(value)
+            if path and 2 <= len(text) and len(text.split()) <= 4 and text.lower() in before \
+                    and not (isinstance(value, int) and abs(value) < 10):
+                candidates.append((i, j, path, value))
+    for _ in range(20):
+        if not candidates:
+            return None
+        i, j, path, value = rng.choice(candidates)
+        new = re.sub(r"\d", lambda m: rng.choice("123456789"), str(value)) if re.search(r"\d", str(value)) else \
+            "".join(rng.choice(LETTERS) if c.isalpha() else c for c in str(value))
+        if new.lower() in everything:
+            continue
+        broken = copy.deepcopy(record)
+        call = broken["messages"][i]["tool_calls"][j]["function"]
+        arguments = json.loads(call["arguments"] or "{}")
+        target = arguments
+        for step in path[:-1]:
+            target = target[step]
+        target[path[-1]] = type(value)(new) if isinstance(value, (int, float)) else new
+        call["arguments"] = json.dumps(arguments)
+        return broken
+    return None
+
+
+def rename_call(record, rng):
+    """One call (a write where there is one) sent to another declared tool, same arguments."""
+    import copy
+
+    calls = _calls(record)
+    names = sorted(t["function"]["name"] for t in record["tools"])
+    if not calls or len(names) < 2:
+        return None
+    i, j, call = rng.choice(calls)
+    broken = copy.deepcopy(record)
+    function = broken["messages"][i]["tool_calls"][j]["function"]
+    function["name"] = rng.choice([n for n in names if n != function["name"]])
+    return broken
+
+
+CLAIMS = ("I've {past} your {thing} for you.", "Your {thing} has been {past}.", "Good news: I {past} the {thing}.",
+          "The {thing} was {past} successfully.")
+CHANGES = (("updated", "reservation"), ("cancelled", "booking"), ("changed", "flight"), ("refunded", "ticket"),
+           ("booked", "trip"))
+
+
+def claim_action(record, rng):
+    """A reply made to say a change was done, where no call changed anything since the user's last message."""
+    import copy
+
+    from stateset_plugins.rewards._tools import declared_tools, tool_kind
+
+    declared = declared_tools(record)
+    messages = record["messages"]
+    candidates, changed = [], False
+    for index, message in enumerate(messages):
+        if message["role"] == "user":
+            changed = False
+        for call in message.get("tool_calls") or ():
+            changed = changed or tool_kind(call["function"]["name"], declared.get(call["function"]["name"])) != "read"
+        if message["role"] == "assistant" and isinstance(message.get("content"), str) and message["content"].strip() \
+                and not changed and not message.get("tool_calls"):
+            candidates.append(index)
+    if not candidates:
+        return None
+    index = rng.choice(candidates)
+    past, thing = rng.choice(CHANGES)
+    broken = copy.deepcopy(record)
+    broken["messages"][index]["content"] += " " + rng.choice(CLAIMS).format(past=past, thing=thing)
+    return broken
+
+
+def _score(reward, record):
+    from stateset_agents.components import assistant_turns
+
+    scores = [g.score for g in reward.grade_conversation(record, assistant_turns(record)) if g.applicable]
+    return round(sum(scores) / len(scores), 9) if scores else 0.5
+
+
+def win_rate(reward, records, breakage, seed=0):
+    """Share of conversations whose original scores strictly above its broken copy (ties count half)."""
+    import random
+
+    wins, n = 0.0, 0
+    for record in records:
+        broken = breakage(record, random.Random(f"{seed}-{record['id']}"))
+        if broken is None:
+            continue
+        original, copy_ = _score(reward, record), _score(reward, broken)
+        wins += 1.0 if original > copy_ else 0.5 if original == copy_ else 0.0
+        n += 1
+    return wins / n, n
+
+
+def test_broken_copies_of_real_logs_score_lower():
+    from helpers.realdata import tau_log_records
+
+    reward = ToolCallingReward()
+    for expected in (True, False):
+        records = tau_log_records(with_expected_calls=expected)
+        for breakage in (break_argument, rename_call, claim_action):
+            rate, n = win_rate(reward, records, breakage)
+            print(f"\n{breakage.__name__} (expected calls: {expected}): win rate {rate:.3f} over {n}")
+            assert n >= 50 and rate >= 0.9, (breakage.__name__, expected, rate)

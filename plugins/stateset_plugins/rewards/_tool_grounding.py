@@ -54,7 +54,7 @@ _VERB_FORMS = _BASES | _PASTS | _INGS
 _TOKEN = re.compile(r"[a-z0-9']+|[.!?;:\n]")
 _PUNCTUATION = frozenset(".!?;:\n")
 # Done: "has been cancelled", "I've updated", "I have booked", "I cancelled", "successfully refunded", "is now
-# changed", "was updated for you". Promised: "I'll change", "I will make sure to update", "I'm cancelling", "we
+# changed", "is changed now", "was updated for you". (A bare "is booked" often describes a record the agent read.) Promised: "I'll change", "I will make sure to update", "I'm cancelling", "we
 # are going to refund", "let me book".
 _ADVERBS = frozenset(("now", "also", "just", "successfully"))
 _AHEAD = (("went", "ahead", "and"), ("gone", "ahead", "and"))
@@ -97,7 +97,7 @@ def _done_at(tokens: list[str], at: int, lead: list[str]) -> bool:
         return True
     if tail[-1:] in (["was"], ["were"]):
         return any(tuple(tokens[at + 1:at + 1 + len(f)]) == f for f in _PASSIVE_FOLLOW)
-    return False
+    return tail[-1:] in (["is"], ["are"]) and tokens[at + 1:at + 2] == ["now"]  # "is updated now"
 
 
 def _promised_at(token: str, lead: list[str]) -> bool:

@@ -35,6 +35,7 @@ RETRY_CREDIT = 0.5
 CONDUCT_WEIGHT = 0.1
 # Per-check keys averaged over a turn's calls to the top level of the breakdown (what `improve calibrate` weighs).
 _CALL_CHECKS = ("schema", "grounded", "ok", "fresh", "consent")
+_NOT_ITS_ARGUMENTS = ("arguments the tool does not declare", "required arguments missing")
 _UNGROUNDED = "values found nowhere in what the user said or a tool returned"
 
 
@@ -175,7 +176,9 @@ class ToolCallingReward(Reward):
         problems = []
         violation = seen.schema_violation(name, arguments, full=True)
         result["valid"] = violation is None
-        result["schema"] = 1.0 if violation is None else 2 / 3
+        # Arguments that are not the tool's (one missing, one it does not declare) mean the wrong tool or a
+        # malformed call: as bad as arguments that do not parse. A wrong type or format is a lesser slip.
+        result["schema"] = 1.0 if violation is None else 1 / 3 if violation.startswith(_NOT_ITS_ARGUMENTS) else 2 / 3
         if violation:
             problems.append(violation)
         conduct = self._conduct(seen, turn, call, arguments, problems)
@@ -304,12 +307,12 @@ class _Seen:
         if isinstance(properties, Mapping):
             unknown = sorted(str(k) for k in arguments if k not in properties)
             if unknown:
-                return f"arguments the tool does not declare: {', '.join(unknown)}"
+                return f"{_NOT_ITS_ARGUMENTS[0]}: {', '.join(unknown)}"
         required = schema.get("required") if isinstance(schema, Mapping) else None
         if isinstance(required, list):
             absent = [str(k) for k in required if k not in arguments]
             if absent:
-                return f"required arguments missing: {', '.join(absent)}"
+                return f"{_NOT_ITS_ARGUMENTS[1]}: {', '.join(absent)}"
         if not full or simply_valid(schema, arguments):
             return None
         validator = self._validators.get(name)
