@@ -365,6 +365,16 @@ def test_the_report_is_deterministic_and_written_atomically(logs, capsys, tmp_pa
     assert [p.name for p in out.parent.iterdir()] == ["robustness.json"]  # no temp file left behind
 
 
+def test_the_policy_reaches_the_reward(logs, capsys, tmp_path):
+    policy = tmp_path / "policy.json"
+    policy.write_text('{"min_words": 100}')  # the toy reward then finds no turn applicable: every score 0.5
+    plain = robustness(capsys, logs)
+    report = robustness(capsys, logs, "--policy", str(policy))
+    assert report["reward"]["config_sha256"] != plain["reward"]["config_sha256"]
+    assert {k: (v["ties"], v["win_rate"]) for k, v in report["kinds"].items()} == {
+        "foreign_reply": (2, 0.5), "insult_added": (2, 0.5), "empty_reply": (2, 0.5)}
+
+
 def test_table_output(logs, capsys):
     capsys.readouterr()
     assert main(["improve", "audit", "--robustness", "--transcripts", str(logs), "--reward", "improve_toy"]) == 0
