@@ -38,13 +38,16 @@ NOTE = ("100 conversations give an AUC to about +-0.1 (see the intervals): let t
 # (the same reading as tests/helpers/realdata.py; a benchmark does not import from tests/)
 
 
-def tau_records(data: Path, *, with_expected_calls: bool) -> tuple[list[dict], dict[str, bool]]:
+TRAJECTORIES = "trajectories.dev.json"
+
+
+def tau_records(data: Path, *, with_expected_calls: bool, trajectories: str = TRAJECTORIES
+                ) -> tuple[list[dict], dict[str, bool]]:
     """The trajectories as OpenAI message logs, with `info.task.actions` as `expected_tool_calls` when asked and
     never the success label (returned apart, for measuring only)."""
-    trajectories = json.loads((data / "tau-airline" / "trajectories.dev.json").read_text())
     tools = json.loads((data / "tau-airline" / "tools.json").read_text())
     records, labels = [], {}
-    for t in trajectories:
+    for t in json.loads((data / "tau-airline" / trajectories).read_text()):
         cid = f"tau-{t['task_id']}-{t['trial']}"
         metadata = {"task_id": t["task_id"], "trial": t["trial"]}
         if with_expected_calls:
@@ -171,7 +174,9 @@ TARGETS = {"tool_calling, with expected calls": 0.93, "tool_calling, without exp
 
 
 def run(data: Path = DATA, output: Path | None = None, *, folds: int = FOLDS, seed: int = SEED, draws: int = DRAWS,
-        log=print) -> dict:
+        trajectories: str = TRAJECTORIES, log=print) -> dict:
+    """Measure every setting; write reward_validity.json and .md under `output` (default benchmarks/results).
+    `trajectories` names another file of tau-airline/ (held-out tasks, in the same format)."""
     import yaml
 
     from stateset_agents._version import __version__
@@ -181,7 +186,7 @@ def run(data: Path = DATA, output: Path | None = None, *, folds: int = FOLDS, se
     policy = json.loads(json.dumps(yaml.safe_load(POLICY.read_text())))  # as the kernel hands it: JSON-shaped
     results = []
     for label, reward, with_policy, expected in SETTINGS:
-        records, labels = tau_records(data, with_expected_calls=expected)
+        records, labels = tau_records(data, with_expected_calls=expected, trajectories=trajectories)
         config = {"policy": policy} if with_policy else {}
         result = measure(reward, config, records, labels, folds=folds, seed=seed, draws=draws)
         result.update(setting=label, config_sha256=digest(config), expected_calls=expected)
@@ -201,7 +206,7 @@ def run(data: Path = DATA, output: Path | None = None, *, folds: int = FOLDS, se
                         "turns, 0.5 when none) against the success label",
             "folds": folds, "seed": seed, "bootstrap_draws": draws, "level": LEVEL,
             "interval": "percentile bootstrap resampling tasks with replacement",
-            "data": {"trajectories.dev.json": sha256_file(tau / "trajectories.dev.json"),
+            "data": {trajectories: sha256_file(tau / trajectories),
                      "tools.json": sha256_file(tau / "tools.json"),
                      "model_solutions.dev.jsonl": sha256_file(data / "gsm8k" / "model_solutions.dev.jsonl"),
                      "test.jsonl": sha256_file(data / "gsm8k" / "test.jsonl")},
@@ -265,8 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folds", type=int, default=FOLDS)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--draws", type=int, default=DRAWS)
+    parser.add_argument("--trajectories", default=TRAJECTORIES, help="a file of DATA/tau-airline/ (held-out tasks)")
     args = parser.parse_args(argv)
-    report = run(args.data, args.output, folds=args.folds, seed=args.seed, draws=args.draws)
+    report = run(args.data, args.output, folds=args.folds, seed=args.seed, draws=args.draws,
+                 trajectories=args.trajectories)
     print(render(report))
     print(f"({report['seconds']} s)")
     return 0

@@ -52,10 +52,12 @@ def rewards(
     folds: int = typer.Option(5, "--folds", help="Folds, grouped by task and stratified."),
     seed: int = typer.Option(0, "--seed", help="Seed for the folds and the bootstrap."),
     draws: int = typer.Option(2000, "--draws", help="Bootstrap draws (tasks resampled) per interval."),
+    trajectories: str = typer.Option("trajectories.dev.json", "--trajectories",
+                                     help="Which file of DATA/tau-airline/ (e.g. held-out tasks in the same format)."),
 ):
     """Reward validity out of fold: leave-tasks-out AUC of each reward (shipped, calibrated per fold, length-only)
     on tau-airline, and gsm8k's agreement with its labels."""
     module = _load("reward_validity")
-    report = module.run(data or module.DATA, output, folds=folds, seed=seed, draws=draws,
+    report = module.run(data or module.DATA, output, folds=folds, seed=seed, draws=draws, trajectories=trajectories,
                         log=lambda line: console.print(line, highlight=False))
     typer.echo(module.render(report))  # plain: a Markdown table pastes as printed
