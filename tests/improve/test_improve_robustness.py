@@ -55,7 +55,7 @@ def shop(cid="shop-1"):
         {"role": "system", "content": "You help customers with their orders."},
         user("Hi, I want to cancel order W4821 please."),
         call("c1", "get_order", {"order_id": "W4821"}),
-        result("c1", "get_order", '{"order_id": "W4821", "status": "pending", "total": 129.5}'),
+        result("c1", "get_order", '{"order_id": "W4821", "status": "pending", "total": 129.50}'),
         reply("Order W4821 is pending and its total is $129.50. Shall I cancel it?"),
         user("Yes, go ahead."),
         call("c2", "cancel_order", {"order_id": "W4821", "reason": "no longer needed"}),
@@ -105,11 +105,12 @@ def test_each_kind_is_seeded_leaves_the_original_untouched_and_reports_what_it_b
         broken = first.conversation["messages"][turn["index"]]
         if isinstance(turn["original"], str):
             assert (message_text(original), message_text(broken)) == (turn["original"], turn["broken"])
-            assert turn["original"] != turn["broken"]
+            assert (turn["original"] == turn["broken"]) == (kind == "skipped_lookup")  # its reply stays, unbacked
         else:
             assert turn["original"]["name"] == original["tool_calls"][0]["function"]["name"]
             assert turn["broken"]["name"] == broken["tool_calls"][0]["function"]["name"]
-    if first.notes.get("variant") != "write_removed" and kind != "repeated_call":  # they remove or add messages
+    if first.notes.get("variant") != "write_removed" and kind not in ("repeated_call", "skipped_lookup"):
+        # (those remove or add messages)
         broken_at = {t["index"] for t in first.turns}
         assert len(first.conversation["messages"]) == len(conv["messages"])
         results = [i + 1 for i in broken_at if kind == "renamed_call"]  # a renamed call's result names the new tool
@@ -279,6 +280,23 @@ def test_repeated_call_retries_a_failed_call_unchanged_else_a_write():
     # Nothing failed: the write that took effect is made twice; a lookup alone is never repeated.
     assert break_conversation(shop(), "repeated_call", seed=0).notes["after"] == "success"
     assert break_conversation(lookup_only(), "repeated_call", seed=0) is None
+
+
+def test_skipped_lookup_removes_the_lookup_that_alone_grounded_the_reply():
+    conv = shop()
+    conv["messages"][4] = reply("Order W4821 is pending and its total is $129.50, with 3 items. Shall I cancel it?")
+    conv["messages"][3] = result("c1", "get_order", '{"order_id": "W4821", "status": "pending", "items": 3}')
+    broken = break_conversation(conv, "skipped_lookup", seed=0)
+    # W4821 is the user's own words; only the lookup said 3.
+    assert broken.notes == {"removed_call": {"name": "get_order", "arguments": '{"order_id": "W4821"}'},
+                            "stated": ["3"], "decision": False}
+    messages = broken.conversation["messages"]
+    assert messages == conv["messages"][:2] + conv["messages"][4:]
+    (turn,) = broken.turns
+    assert (turn["index"], turn["original_index"]) == (2, 4) and turn["broken"] == turn["original"]
+    grounded = shop()  # the reply states nothing the lookup alone supplied
+    grounded["messages"][4] = reply("Order W4821 is pending. Shall I cancel it?")
+    assert break_conversation(grounded, "skipped_lookup") is None
 
 
 def test_empty_and_truncated_replies():

@@ -22,7 +22,7 @@ SEED = 0
 
 TEXT_KINDS = ("shuffled_words", "foreign_reply", "looped_sentence", "insult_added", "ungrounded_numbers",
               "claimed_action", "empty_reply", "truncated_reply")
-CALL_KINDS = ("claimed_action", "ungrounded_argument", "renamed_call", "repeated_call")
+CALL_KINDS = ("claimed_action", "ungrounded_argument", "renamed_call", "repeated_call", "skipped_lookup")
 DECISION_KINDS = ("ungrounded_argument", "renamed_call")
 
 # (label, reward, with expected calls, needs the airline policy, kinds, only copies that touch a decision)

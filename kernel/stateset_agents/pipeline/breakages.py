@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 KINDS = ("shuffled_words", "foreign_reply", "looped_sentence", "insult_added", "ungrounded_numbers",
-         "claimed_action", "ungrounded_argument", "renamed_call", "repeated_call", "empty_reply", "truncated_reply")
+         "claimed_action", "ungrounded_argument", "renamed_call", "repeated_call", "skipped_lookup", "empty_reply",
+         "truncated_reply")
 
 DESCRIPTIONS = {
     "shuffled_words": "the words of each reply shuffled",
@@ -32,6 +33,7 @@ DESCRIPTIONS = {
     "ungrounded_argument": "a call argument the context supplied changed to a value found nowhere in it",
     "renamed_call": "a call renamed to another declared tool, same arguments",
     "repeated_call": "a call that failed (else a write) made again unchanged",
+    "skipped_lookup": "a lookup removed whose result alone grounded the next reply's facts",
     "empty_reply": "a reply emptied",
     "truncated_reply": "a reply cut mid-sentence",
 }
@@ -221,7 +223,7 @@ def is_error_result(text: str) -> bool:
     return False
 
 
-def _message_context(message: Mapping[str, Any]) -> str:
+def message_context(message: Mapping[str, Any]) -> str:
     parts = [message_text(message)]
     for call in message.get("tool_calls") or ():
         parts.append(json.dumps(call, ensure_ascii=False) if not isinstance(call, str) else call)
@@ -231,7 +233,7 @@ def _message_context(message: Mapping[str, Any]) -> str:
 def context_text(conversation: Mapping[str, Any]) -> str:
     """Everything a value could be grounded in, lower-cased: every message's text and call arguments, the
     declared tools and the metadata."""
-    parts = [_message_context(m) for m in conversation.get("messages") or ()]
+    parts = [message_context(m) for m in conversation.get("messages") or ()]
     parts.append(json.dumps(conversation.get("tools") or [], ensure_ascii=False))
     parts.append(json.dumps(conversation.get("metadata") or {}, ensure_ascii=False, default=str))
     return "\n".join(parts).lower()
@@ -240,7 +242,7 @@ def context_text(conversation: Mapping[str, Any]) -> str:
 def prefix_context(conversation: Mapping[str, Any]) -> Callable[[int], str]:
     """index -> the lower-cased text and call arguments of the messages before it (what the context had supplied
     by then), each message read once."""
-    parts = [_message_context(m) for m in conversation.get("messages") or ()]
+    parts = [message_context(m) for m in conversation.get("messages") or ()]
     return lambda index: "\n".join(parts[:index])
 
 
@@ -444,7 +446,7 @@ def insult_added(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyP
     return Broken("insult_added", broken, [text_turn(i, text, new)])
 
 
-def _number_spans(text: str) -> list[re.Match]:
+def number_spans(text: str) -> list[re.Match]:
     """Numbers, amounts and ids in a text, without list markers ("1." at the start of a line)."""
     spans = []
     for m in _NUMBERISH.finditer(text):
@@ -463,7 +465,7 @@ def ungrounded_numbers(conversation: Mapping[str, Any], *, seed: int = 0,
     candidates = []
     prefix = prefix_context(conversation)
     for i in text_replies(conversation):
-        spans = _number_spans(message_text(conversation["messages"][i]))
+        spans = number_spans(message_text(conversation["messages"][i]))
         before = prefix(i) if spans else ""
         if any(found_as_token(m.group(), before) for m in spans):
             candidates.append(i)
@@ -473,14 +475,14 @@ def ungrounded_numbers(conversation: Mapping[str, Any], *, seed: int = 0,
     text = message_text(conversation["messages"][i])
     everywhere = context_text(conversation)
     replaced: dict[str, str] = {}
-    for m in _number_spans(text):
+    for m in number_spans(text):
         if m.group() not in replaced:
             new = ungrounded_value(m.group(), rng, everywhere)
             if new is None:
                 return None
             replaced[m.group()] = new
     pieces, last = [], 0
-    for m in _number_spans(text):
+    for m in number_spans(text):
         pieces += [text[last:m.start()], replaced[m.group()]]
         last = m.end()
     new_text = "".join(pieces) + text[last:]

@@ -7,9 +7,9 @@ import random
 from typing import Any, Iterable, Mapping, Sequence
 
 from .breakages import (DIGITS, NAME_WORDS, PROSE_WORDS, Broken, ReplyPool, arguments_of, call_view,
-                        context_text, declared_tools, found_as_token, is_error_result, message_text, prefix_context,
-                        result_index, rng_for, set_arguments, shallow_copy, text_replies, text_turn, tool_calls_of,
-                        tool_kind, ungrounded_value, with_text)
+                        context_text, declared_tools, found_as_token, is_error_result, message_context, message_text,
+                        number_spans, prefix_context, result_index, rng_for, set_arguments, shallow_copy,
+                        text_replies, text_turn, tool_calls_of, tool_kind, ungrounded_value, with_text)
 
 # Claimed actions: the past tense of a write tool's verb, and phrasings of a completed change.
 _PAST = {"cancel": "cancelled", "update": "updated", "book": "booked", "send": "sent", "refund": "refunded",
@@ -238,6 +238,63 @@ def _claim(rng: random.Random, tool: str | None, arguments: Any = None) -> str:
     return rng.choice(_CLAIMS).format(past=past, obj=obj, ref=ref)
 
 
+def _remove_call(broken: dict[str, Any], i: int, j: int, result: int, keep: int) -> int:
+    """Remove call j of message i and its result from `broken` (the message too, when that call was all it
+    held); returns where message `keep` is now."""
+    removed = {result}
+    message = broken["messages"][i]
+    if len(message["tool_calls"]) == 1 and not message_text(message).strip():
+        removed.add(i)
+    else:
+        broken["messages"][i] = {**message, "tool_calls": [c for n, c in enumerate(message["tool_calls"]) if n != j]
+                                 or None}
+    broken["messages"] = [m for k, m in enumerate(broken["messages"]) if k not in removed]
+    return keep - sum(1 for k in removed if k < keep)
+
+
+def _next_reply(messages: Sequence[Mapping[str, Any]], after: int) -> int | None:
+    """The first assistant message with text after `after`, before the user speaks again."""
+    for k in range(after + 1, len(messages)):
+        role = messages[k].get("role")
+        if role == "user":
+            return None
+        if role == "assistant" and message_text(messages[k]).strip():
+            return k
+    return None
+
+
+def skipped_lookup(conversation: Mapping[str, Any], *, seed: int = 0, pool: ReplyPool | None = None) -> Broken | None:
+    """A lookup removed, the call and its result, where its result alone had supplied a number or id that the
+    next reply states: the reply, unchanged, now answers from nothing (an answer about an order never looked up)."""
+    rng = rng_for("skipped_lookup", seed, conversation)
+    messages = conversation.get("messages") or []
+    declared = declared_tools(conversation)
+    contexts = [message_context(m) for m in messages]
+    candidates = []
+    for i, j, call in tool_calls_of(conversation):
+        result = result_index(messages, i, call.get("id"))
+        if _kind_of(call, declared) != "read" or result is None or is_error_result(message_text(messages[result])):
+            continue
+        reply = _next_reply(messages, result)
+        if reply is None:
+            continue
+        # What else grounded the reply: everything before it but this call's message and its result.
+        others = "\n".join(c for k, c in enumerate(contexts[:reply]) if k not in (i, result))
+        stated = [m.group() for m in number_spans(message_text(messages[reply]))
+                  if found_as_token(m.group(), contexts[result]) and not found_as_token(m.group(), others)]
+        if stated:
+            candidates.append((i, j, call, result, reply, sorted(set(stated))))
+    if not candidates:
+        return None
+    i, j, call, result, reply, stated = rng.choice(candidates)
+    broken = shallow_copy(conversation)
+    index = _remove_call(broken, i, j, result, reply)
+    text = message_text(messages[reply])
+    return Broken("skipped_lookup", broken, [{"index": index, "original_index": reply, "original": text,
+                                              "broken": text}],
+                  {"removed_call": call_view(call), "stated": stated, "decision": False})
+
+
 def _last_user(messages: Sequence[Mapping[str, Any]], before: int) -> int:
     return next((k for k in range(before - 1, -1, -1) if messages[k].get("role") == "user"), -1)
 
@@ -273,15 +330,7 @@ def claimed_action(conversation: Mapping[str, Any], *, seed: int = 0, pool: Repl
         original_text = message_text(messages[reply])
         claim = _claim(rng, call["function"]["name"], arguments_of(call))
         with_text(broken, reply, claim)
-        removed = [result]
-        message = broken["messages"][i]
-        if len(message["tool_calls"]) == 1 and not message_text(message).strip():
-            removed.append(i)
-        else:
-            broken["messages"][i] = {**message, "tool_calls": [c for n, c in enumerate(message["tool_calls"])
-                                                               if n != j] or None}
-        broken["messages"] = [m for k, m in enumerate(broken["messages"]) if k not in removed]
-        index = reply - sum(1 for k in removed if k < reply)
+        index = _remove_call(broken, i, j, result, reply)
         return Broken("claimed_action", broken, [{"index": index, "original_index": reply,
                                                   "original": original_text, "broken": claim}],
                       {"variant": "write_removed", "removed_call": call_view(call), "decision": True})

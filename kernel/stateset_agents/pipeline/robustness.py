@@ -2,9 +2,9 @@
 
 Each conversation of a team's transcripts is broken in several ways (`breakages`, `call_breakages`: words
 shuffled, replies from other conversations, loops, insults, ungrounded numbers and arguments, claimed actions,
-renamed and repeated calls, empty and truncated replies), and the original and each broken copy are graded with
-the reward's own batch API. A conversation's score is the mean of its applicable turns (0.5 when none is applicable, as
-docs/rewards.md defines). Per kind: the conversations it applied to, and the win rate, the share of them where
+renamed and repeated calls, skipped lookups, empty and truncated replies), and the original and each broken copy are
+graded with the reward's own batch API. A conversation's score is the mean of its applicable turns (0.5 when none is
+applicable, as docs/rewards.md defines). Per kind: the conversations it applied to, and the win rate, the share of them where
 the original scores strictly higher than its broken copy, ties counting half; with examples of the copies that
 fooled the reward (scored as high as the original or higher). Deterministic for a seed.
 """
@@ -20,7 +20,7 @@ from ..errors import InputError, PluginError
 from ..jsonio import read_jsonl, sha256_file, write_json
 from .breakages import (DESCRIPTIONS, KINDS, Broken, ReplyPool, empty_reply, foreign_reply, insult_added,
                         looped_sentence, shuffled_words, truncated_reply, ungrounded_numbers)
-from .call_breakages import claimed_action, renamed_call, repeated_call, ungrounded_argument
+from .call_breakages import claimed_action, renamed_call, repeated_call, skipped_lookup, ungrounded_argument
 from .improve import _check_conversation, transcripts_path
 
 REPORT_SCHEMA = 1
@@ -34,7 +34,7 @@ GENERATORS: dict[str, Callable[..., Broken | None]] = {
     "shuffled_words": shuffled_words, "foreign_reply": foreign_reply, "looped_sentence": looped_sentence,
     "insult_added": insult_added, "ungrounded_numbers": ungrounded_numbers, "claimed_action": claimed_action,
     "ungrounded_argument": ungrounded_argument, "renamed_call": renamed_call, "repeated_call": repeated_call,
-    "empty_reply": empty_reply, "truncated_reply": truncated_reply,
+    "skipped_lookup": skipped_lookup, "empty_reply": empty_reply, "truncated_reply": truncated_reply,
 }
 assert tuple(GENERATORS) == KINDS
 
