@@ -263,10 +263,11 @@ class GroundingIndex:
     """One conversation, indexed once for all its turns. The grounding messages' text grows as turns advance; each
     value is searched for once, and after that only in text added since (a value stays grounded once it is)."""
 
-    __slots__ = ("messages", "_text", "_ends", "_indexed_to", "_found", "_scanned")
+    __slots__ = ("messages", "roles", "_text", "_ends", "_indexed_to", "_found", "_scanned")
 
-    def __init__(self, messages: Sequence[Mapping[str, Any]]):
+    def __init__(self, messages: Sequence[Mapping[str, Any]], roles: Iterable[str] = GROUNDING_ROLES):
         self.messages = messages
+        self.roles = frozenset(roles)
         self._text = ""
         self._ends = [0]  # _ends[i]: length of the text that the messages before index i make
         self._indexed_to = 0
@@ -277,7 +278,7 @@ class GroundingIndex:
         before = min(before, len(self.messages))
         while self._indexed_to < before:
             message = self.messages[self._indexed_to]
-            if message.get("role") in GROUNDING_ROLES:
+            if message.get("role") in self.roles:
                 self._text += message_text(message).lower() + "\n"
             self._indexed_to += 1
             self._ends.append(len(self._text))

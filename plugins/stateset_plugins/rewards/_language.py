@@ -184,13 +184,26 @@ def _completeness(text: str, shape: str) -> float:
     return 0.0 if shape and shape[-1].lower() in "dpctsai" else 0.5
 
 
-_CONTENT_STOP = frozenset(_CLASS) | {"i", "you", "it", "me", "us", "them", "this", "that", "these", "those", "there",
-                                     "here", "what", "which", "who", "how", "when", "where", "why", "if", "so", "not",
-                                     "no", "yes", "any", "all", "some", "please", "thank", "thanks", "let", "know",
-                                     "like", "just", "also", "now", "then", "than", "very", "more", "one", "get",
-                                     "need", "help", "assist", "sure", "would", "want", "make", "sorry", "hello", "hi"}
+_CONTENT_STOP = frozenset(_CLASS) | {
+    "i", "you", "it", "me", "us", "them", "this", "that", "these", "those", "there", "here", "what", "which", "who",
+    "how", "when", "where", "why", "if", "so", "not", "no", "yes", "any", "all", "some", "please", "thank", "thanks",
+    "let", "know", "like", "just", "also", "now", "then", "than", "very", "more", "one", "get", "need", "help",
+    "assist", "sure", "want", "make", "sorry", "hello", "hi", "okay", "ok", "great", "good", "can", "could", "would",
+    "will", "im", "ll", "ve", "re", "don", "t", "s", "d", "m"}
+#: Replies shorter than this (in words) are not judged for relevance: a greeting or a thank-you needs no topic.
+RELEVANCE_MIN_WORDS = 8
 
 
-def content_words(words: Iterable[str]) -> set[str]:
+def content_words(words: Iterable[str]) -> frozenset[str]:
     """The words of a token list that carry its topic (no function words, no pleasantries, three letters or more)."""
-    return {w for w in words if len(w) >= 3 and w not in _CONTENT_STOP and not w.isdigit()}
+    return frozenset(w for w in words if len(w) >= 3 and w not in _CONTENT_STOP and w.isalpha())
+
+
+def relevance(reply_words: Iterable[str], request_words: Iterable[str]) -> float | None:
+    """1 when a reply shares a topic word with the request it answers (the user's latest message), 0 when it shares
+    none; None for a reply too short to judge or a request with no topic word ("thanks!")."""
+    reply = content_words(reply_words)
+    request = content_words(request_words)
+    if len(reply) < RELEVANCE_MIN_WORDS // 2 or not request:
+        return None
+    return 1.0 if not reply.isdisjoint(request) else 0.0

@@ -59,7 +59,7 @@ DEFAULT_PHRASES: dict[str, tuple[str, ...]] = {
                      "not allowed", "unfortunately", "can only", "only able to", "i'm afraid", "not eligible",
                      "not permitted", "does not allow", "doesn't allow"),
     # The reply says the request was carried out (with `_CLAIMED_ACTION`, any "I've <changed>"/"has been <changed>").
-    "resolved": ("successfully", "is confirmed", "is now confirmed", "all set", "completed", "is done"),
+    "resolved": ("successfully", "all set", "completed", "is done", "all done", "taken care of"),
     # The reply leaves the user with nothing: an error, or sending them to look elsewhere.
     "unresolved": ("error", "an issue", "technical issue", "went wrong", "try again later", "once you have",
                    "when you have", "once you find", "check your email", "contact customer service",
@@ -122,17 +122,37 @@ class CustomerSupportReward(Reward):
         words = seen.words(turn_index)  # each text's word tokens, for the phrase screens
         user_words = seen.words(user) if user is not None else frozenset()
         if writes and not text.strip():
-            # A state-changing action needs the user's explicit go-ahead in their latest message, and should be one
-            # the system accepts: a write the tool rejected was an attempt to change something that cannot change.
-            consent = 1.0 if self._user_affirmed(user_text, user_words) else 0.0
+            # A state-changing action needs the user's explicit go-ahead in their latest message, given to a
+            # question the agent asked (it states what it will do and asks; a yes to nothing is half a go-ahead).
+            # It should be one the system accepts: a write the tool rejected was an attempt to change something
+            # that cannot change. And what it writes must come from the conversation: an id, amount or date in the
+            # arguments that no one said and no tool returned is invented.
+            consent = 0.0
+            if self._user_affirmed(user_text, user_words):
+                consent = 1.0 if seen.asked_before(user) else 0.5
             rejected = [c["name"] for c in calls
                         if seen.kind(c["name"]) == "write" and seen.outcome(turn_index, c["id"]) == "error"]
-            effect = 0.0 if rejected else 1.0
-            reasons = ["acted on the user's explicit go-ahead" if consent else
+            breakdown = {"consent": consent, "effect": 0.0 if rejected else 1.0}
+            reasons = ["acted on the user's explicit go-ahead" if consent == 1.0 else
+                       "acted on a go-ahead the agent never asked for" if consent else
                        "changed something without the user's explicit go-ahead"]
             if rejected:
                 reasons.append(f"the system rejected {', '.join(rejected)}")
-            return TurnGrade(score=(consent + effect) / 2, breakdown={"consent": consent, "effect": effect},
+            values = [v for c in calls if seen.kind(c["name"]) == "write"
+                      for v in mentioned_values(_arguments_text(c["arguments"]))]
+            if values:
+                breakdown["grounding"], invented = seen.grounding.credit(values, turn_index)
+                if invented:
+                    reasons.append("writes values found nowhere in the conversation: " + ", ".join(
+                        v.split(":", 1)[1] for v in invented[:5]))
+                ids = [v for v in values if v.startswith("id:")]
+                if ids:
+                    # the records it changes should have been looked up: ids a tool returned, not only said
+                    breakdown["verified"], unverified = seen.looked_up.credit(ids, turn_index)
+                    if unverified:
+                        reasons.append("acts on ids no tool returned: " + ", ".join(
+                            v.split(":", 1)[1] for v in unverified[:5]))
+            return TurnGrade(score=sum(breakdown.values()) / len(breakdown), breakdown=breakdown,
                              reason="; ".join(reasons))
         if not text.strip() and not handoff_call:
             if not calls:  # the agent's turn says nothing and does nothing: an empty reply
@@ -269,7 +289,7 @@ class _Seen:
     outcomes), each derived on first use and kept for the conversation's other turns."""
 
     __slots__ = ("messages", "declared", "_texts", "_words", "_token_lists", "_calls", "_kinds", "_outcomes",
-                 "_trigrams", "_shapes", "_grounding", "_first_write", "_cased")
+                 "_trigrams", "_shapes", "_grounding", "_looked_up", "_first_write", "_cased")
 
     def __init__(self, conversation: Mapping[str, Any]):
         self.messages = conversation["messages"]
@@ -284,6 +304,7 @@ class _Seen:
         self._cased: dict[int, list[str]] = {}
         self._shapes: dict[int, TextShape] = {}
         self._grounding: GroundingIndex | None = None
+        self._looked_up: GroundingIndex | None = None
         self._first_write: list[tuple[int, str]] | None = None
 
     @property
@@ -291,6 +312,13 @@ class _Seen:
         if self._grounding is None:
             self._grounding = GroundingIndex(self.messages)
         return self._grounding
+
+    @property
+    def looked_up(self) -> GroundingIndex:
+        """What tool results alone make known (what the agent looked up, not what anyone said)."""
+        if self._looked_up is None:
+            self._looked_up = GroundingIndex(self.messages, roles=("tool",))
+        return self._looked_up
 
     def shape(self, index: int) -> TextShape:
         shape = self._shapes.get(index)
@@ -393,6 +421,19 @@ class _Seen:
             shingles = self._trigrams[index] = frozenset(zip(words, words[1:], words[2:]))
         return shingles
 
+    def asked_before(self, index: int | None) -> bool:
+        """Did the agent's latest reply before message `index` ask the user something?"""
+        if index is None:
+            return False
+        for earlier in range(index - 1, -1, -1):
+            if self.messages[earlier].get("role") == "assistant":
+                text = self.text(earlier)
+                if text.strip():
+                    return "?" in text
+            elif self.messages[earlier].get("role") == "user":
+                return False
+        return False
+
     def last_user(self, before: int) -> int | None:
         found = last_message(self.messages, "user", before)
         return found[0] if found else None
@@ -420,8 +461,9 @@ _ACT_WORDS = frozenset((
 _CLAIMED_ACTION = re.compile(
     r"(?i)(?=[ihwa])\b(?:(?:i|we)(?:'ve|\s+have|\s+had)?\s+(?:(?:just|now|already|successfully|also|gone\s+ahead\s+and|"
     r"went\s+ahead\s+and)\s+)*(?P<v1>" + _CHANGED +
-    r")|(?:has|have)\s+(?:now\s+|also\s+|successfully\s+)*been\s+(?:now\s+|successfully\s+)?(?P<v2>" + _CHANGED +
-    r")|(?:is|are)\s+now\s+(?P<v3>" + _CHANGED +
+    r")|(?:has|have)\s+(?:(?:now|also|just|already|successfully)\s+)*been\s+(?:(?:now|just|successfully)\s+)?(?P<v2>"
+    + _CHANGED +
+    r")|(?:is|are)\s+(?:(?:now|just|already|successfully)\s+)?(?P<v3>" + _CHANGED +
     # the simple past passive is history too ("it was created in May"): a claim only with a word of the moment
     r")|(?:was|were)\s+(?:(?:just|now|successfully|also)\s+(?P<v4>" + _CHANGED + r")|(?P<v5>" + _CHANGED +
     r")\s+(?:just\s+now|successfully|now|for\s+you)))\b")
@@ -429,6 +471,16 @@ _CLAIMED_ACTION = re.compile(
 _PROMISED_ACTION = re.compile(
     r"(?i)(?=[il])\b(?:i'll|i\s+will|i\s+am\s+going\s+to|i'm\s+going\s+to|let\s+me)\s+(?:now\s+|go\s+ahead\s+and\s+|"
     r"proceed\s+to\s+|make\s+sure\s+to\s+)*(?:" + "|".join(sorted(_ACT_WORDS, key=len, reverse=True)) + r")\b")
+
+
+def _arguments_text(raw: Any) -> str:
+    """A call's arguments as text, for value extraction (they are logged as a JSON string, or as a mapping)."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        return json.dumps(raw)
+    except (TypeError, ValueError):
+        return str(raw)
 
 
 _NAME_BREAK = re.compile(r"[_\-.\s]|(?<=[a-z])(?=[A-Z])")

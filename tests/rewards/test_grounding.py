@@ -1,0 +1,56 @@
+"""_grounding: a reply's values (amounts, dates, times, ids, names) are grounded in what came before it."""
+from reward_builders import assistant, tool, user
+
+from stateset_plugins.rewards._grounding import GroundingIndex, context_values, mentioned_values, ungrounded
+
+
+def test_values_are_canonical_whatever_their_written_form():
+    values = mentioned_values("Flight QZ104 leaves at 8:00 AM on May 20th, 2025 from LHR; total $1,250.00 for 2 bags.")
+    assert set(values) == {"id:qz104", "t:08:00", "d:05-20", "n:2025", "n:1250", "id:lhr"}
+    assert "n:2" not in values  # small counts need no source
+    assert set(mentioned_values("2025-05-20T15:30, 3pm, the 4th of July")) == {
+        "n:2025", "d:05-20", "t:15:30", "t:15:00", "d:07-04"}
+    assert mentioned_values("Thank you, Zoltan.") == ["name:zoltan"]
+    assert mentioned_values("20th floor, 50kg") == ["n:20", "n:50"]  # units and ordinals are numbers
+
+
+def test_a_value_is_grounded_by_any_written_form_in_the_context():
+    context = context_values([
+        user("My account is ann_lee_204, I'd like my order changed"),
+        tool("c1", '{"order": "QZ104", "date": "2025-05-20", "leaves": "08:00:00", "price": 1250.0, '
+                   '"card": "card_88217791", "first_name": "Ann"}'),
+    ], 2)
+    reply = mentioned_values("Ann, order QZ104 on May 20 at 8:00 AM costs $1,250, paid by the card ending 7791.")
+    assert ungrounded(reply, context) == []
+    invented = mentioned_values("Ann, order QZ105 on May 21 at 9:00 AM costs $1,350 on the card ending 7792.")
+    assert set(ungrounded(invented, context)) == {"id:qz105", "d:05-21", "t:09:00", "n:1350", "n:7792"}
+
+
+def test_numbers_match_on_boundaries_not_inside_other_numbers():
+    context = context_values([tool("c1", '{"total": 31250, "rate": 0.75, "fee": 45.5}')], 1)
+    assert "n:3125" not in context and "n:125" not in context and "n:45" not in context  # 45.5 is not 45
+    assert "n:1250" in context  # but four digits may be the last four of a longer number (a card, an account)
+    assert "n:3/4" in context and "n:91/2" in context  # 0.75 and 45.5 themselves
+
+
+def test_only_what_came_before_the_turn_grounds_it():
+    messages = [user("hi"), assistant("Your order QZ104 ships today."), tool("c1", '{"order": "QZ104"}'),
+                assistant("Order QZ104 ships today.")]
+    index = GroundingIndex(messages)
+    assert index.credit(["id:qz104"], 1) == (0.0, ["id:qz104"])
+    assert index.credit(["id:qz104"], 3) == (1.0, [])
+    assert index.credit(["id:qz104"], 1) == (0.0, ["id:qz104"])  # graded out of order: still the prefix only
+
+
+def test_arithmetic_on_stated_grounded_numbers_earns_half_credit():
+    messages = [tool("c1", '{"fare": 300, "bag": 50}')]
+    index = GroundingIndex(messages)
+    score, invented = index.credit(mentioned_values("The fare is $300 and a bag $50, so $350 in all."), 1)
+    assert invented == [] and score == (1 + 1 + 0.5) / 3
+    score, invented = index.credit(mentioned_values("The fare is $300 and a bag $50, so $377 in all."), 1)
+    assert invented == ["n:377"] and score == 2 / 3
+
+
+def test_the_assistant_grounds_nothing_for_itself():
+    messages = [user("hi"), assistant("Your code is ZX9931."), user("ok"), assistant("Code ZX9931 is active.")]
+    assert GroundingIndex(messages).credit(["id:zx9931"], 3) == (0.0, ["id:zx9931"])
