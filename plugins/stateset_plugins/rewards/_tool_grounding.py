@@ -116,6 +116,7 @@ _ASKS_GO_AHEAD = Phrases(("confirm", "proceed", "go ahead", "would you like me t
 _ARITHMETIC = re.compile(r"[\d\s.+\-*/()%]+")
 _OPERATOR = re.compile(r"[+*/%()]| - ")  # a bare hyphen joins a date or a phone number
 _OPERAND = re.compile(r"\d+(?:\.\d+)?")
+_NUMBER_TEXT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 _ISO_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december")
@@ -200,7 +201,7 @@ def value_leaves(arguments: Any, enums: frozenset[str]) -> list[Any]:
             lowered = text.lower()
             if lowered in enums or not is_value_string(text):
                 continue
-            number = _as_number(text) if text[:1].isdigit() or text[:1] in "-." else None
+            number = _as_number(text) if _NUMBER_TEXT.fullmatch(text) else None
             if number is None:
                 found.append(lowered)
             elif not (type(number) is int and abs(number) < SMALL_COUNT):
@@ -430,11 +431,11 @@ class ConversationFacts:
                 if message.get("role") == "assistant":
                     for earlier in self.calls(index):
                         self._by_name.setdefault(earlier["name"], []).append((index, earlier))
-        earlier = [(i, c) for i, c in self._by_name.get(call["name"], ()) if i < turn]
-        if not earlier:
+        failed = [c for i, c in self._by_name.get(call["name"], ()) if i < turn and self.outcome(i, c["id"]) == "error"]
+        if not failed:
             return False
         same = self._canonical(call)
-        return any(self._canonical(c) == same and self.outcome(i, c["id"]) == "error" for i, c in earlier)
+        return any(self._canonical(c) == same for c in failed)
 
     def _canonical(self, call: Mapping[str, Any]) -> str:
         key = id(call)
