@@ -4,9 +4,9 @@ Each conversation of a team's transcripts is broken in several ways (`breakages`
 shuffled, replies from other conversations, loops, insults, ungrounded numbers and arguments, claimed actions,
 renamed and repeated calls, skipped lookups, empty and truncated replies), and the original and each broken copy are
 graded with the reward's own batch API. A conversation's score is the mean of its applicable turns (0.5 when none is
-applicable, as docs/rewards.md defines). Per kind: the conversations it applied to, and the win rate, the share of them where
-the original scores strictly higher than its broken copy, ties counting half; with examples of the copies that
-fooled the reward (scored as high as the original or higher). Deterministic for a seed.
+applicable, as docs/rewards.md defines). Per kind: the conversations it applied to, and the win rate, the share of
+them where the original scores strictly higher than its broken copy, ties counting half; with examples of the copies
+that fooled the reward (scored as high as the original or higher). Deterministic for a seed.
 """
 from __future__ import annotations
 
