@@ -90,6 +90,18 @@ def test_an_errored_call_does_not_use_up_the_expected_call():
     assert reward.grade_turn(conv, 5).breakdown["expected_done"] == "1/1"
 
 
+def test_a_failed_call_repeated_unchanged_earns_no_second_partial_credit():
+    expected = [{"name": "refund", "arguments": {"order_id": "A1", "amount": 250}}]
+    attempt = [assistant(None, [refund_call({"order_id": "A1", "amount": 25})]),
+               tool("call_0_refund", "Error: amount does not match")]
+    conv = conversation([user("refund 250 on order A1")] + attempt + attempt + [assistant("Sorry.")], TOOLS,
+                        expected_tool_calls=expected)
+    reward = ToolCallingReward()
+    first, again = reward.grade_turn(conv, 1), reward.grade_turn(conv, 3)
+    assert first.breakdown["expected"] > 0 and again.breakdown["expected"] == 0.0
+    assert "repeats a failed call" in again.reason and again.score < first.score
+
+
 def test_turn_context_is_the_prefix_only():
     expected = [{"name": "refund", "arguments": {"order_id": "A1", "amount": 1}}]
     calls = [user("u"), assistant(None, [refund_call({"order_id": "A1", "amount": 1})]), tool("call_0_refund", "{}")]

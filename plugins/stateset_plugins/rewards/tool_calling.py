@@ -387,6 +387,9 @@ class _ExpectedReplay:
                     verdict.update(score=0.0, match="unexpected write")
                 if verdict["match"] != "expected call":
                     self._check_conduct(turn, call, arguments, verdict)
+                    if verdict["score"] and not verdict["fresh"]:
+                        # The same call already failed: trying it again unchanged earns nothing a second time.
+                        verdict.update(score=0.0, match="repeats a failed call")
             judged.append(verdict)
         return judged
 
