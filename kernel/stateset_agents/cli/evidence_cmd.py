@@ -87,10 +87,15 @@ def evaluate(
                                            help="Adapter directory (RUN/adapter, a checkpoint's, a registry entry's)."),
     run: Optional[Path] = typer.Option(None, "--run", help="A run directory: its final adapter, or with --split test "
                                                            "its nominated checkpoint."),
-    prompts: Path = typer.Option(..., "--prompts", help="Held-out prompts: .txt (one a line) or .jsonl."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Held-out prompts: .txt (one a line) or .jsonl."),
     reward: Optional[str] = typer.Option(None, "--reward", help="Reward component: NAME or reward:NAME."),
     output: Optional[Path] = typer.Option(None, "--output", help="Folder for eval_results.json (with --split test: "
                                                                  "default RUN/test/step-K)."),
+    judge: Optional[Path] = typer.Option(None, "--judge", help="Benchmarking: also judge the answers pairwise with "
+                                                               "this local model (directory or .gguf), both orders."),
+    rubric: Optional[Path] = typer.Option(None, "--rubric", help="With --judge: the rubric (text file)."),
+    replay: Optional[Path] = typer.Option(None, "--replay", help="Re-run the judge prompts recorded in DIR's "
+                                                                 "judge_results.json; report every changed verdict."),
     split: Optional[str] = typer.Option(None, "--split", help="validation or test. test: the nominated checkpoint "
                                                               "of --run, one look (recorded in the run)."),
     again: bool = typer.Option(False, "--again", help="With --split test: look again at a checkpoint already "
@@ -121,6 +126,13 @@ def evaluate(
     from ..pipeline import nomination as nom
     from ..runtimes import load_component
 
+    if replay is not None:
+        _judge_replay(replay, runtime)
+        return
+    if prompts is None:
+        raise InputError("--prompts is required", field="prompts")
+    if (judge is None) != (rubric is None):
+        raise InputError("--judge and --rubric go together", field="judge")
     if split not in (None, "validation", "test"):
         raise InputError(f"--split is validation or test, got {split!r}", field="split")
     if (adapter is None) == (run is None):
@@ -161,6 +173,49 @@ def evaluate(
         title = f"test look at nominated checkpoint {nominated['step']}" + (" (again)" if look["again"] else "")
     _render_statistics(title, last["results"])
     console.print(f"wrote {last['output']}")
+    if judge is not None:
+        _judge_answers(Path(last["output"]), judge, rubric, runtime)
+
+
+def _run_judge(request: dict[str, Any], runtime: str) -> dict[str, Any]:
+    from ..errors import StatesetError
+    from ..runtimes import load_component
+
+    last: dict[str, Any] = {}
+    with load_component("evaluator:judge", runtime=runtime) as evaluator, _progress() as progress:
+        task = progress.add_task("judging", total=None)
+        for event in evaluator.run(request):
+            last = event
+            if event.get("type") == "progress":
+                progress.update(task, completed=event["step"], total=event["total"])
+    if last.get("type") != "completed":
+        raise StatesetError(f"judging failed: {last.get('message') or 'no completed event'}")
+    return last
+
+
+def _judge_answers(results: Path, judge: Path, rubric: Path, runtime: str) -> None:
+    done = _run_judge({"results": str(results), "judge": str(judge), "rubric": str(rubric),
+                       "output": str(results.parent)}, runtime)
+    s = done["results"]["summary"]
+    console.print(f"judge (both orders, a win only when both agree): {s['win']} wins, {s['loss']} losses, "
+                  f"{s['tie']} ties, {s['undecided']} undecided of {s['cases']}; verdict kept when the order was "
+                  f"reversed: {_fmt(s['consistency'])}; first answer preferred {_fmt(s['first_position_rate'])} of "
+                  f"passes; p {_fmt(s['p_value'], 4)}", highlight=False)
+    console.print(f"wrote {done['output']}")
+
+
+def _judge_replay(directory: Path, runtime: str) -> None:
+    report = _run_judge({"replay": str(directory)}, runtime)["results"]
+    j = report["judge"]
+    if j["weights_changed"]:
+        err_console.print(f"[yellow]the judge's weights changed:[/] sha256 {j['recorded_weights_sha256'][:12]}... "
+                          f"recorded, {j['weights_sha256'][:12]}... now", highlight=False)
+    for c in report["changed"]:
+        console.print(f"  {c['id']} pass {c['pass']} ({' vs '.join(c['order'])}): {c['recorded']} -> {c['now']}"
+                      + ("" if c["verdict_changed"] else " (same verdict, other words)"), highlight=False)
+    console.print(f"{report['changed_verdicts']} of {report['prompts']} verdicts changed on replay", highlight=False)
+    if report["changed_verdicts"] or j["weights_changed"]:
+        raise typer.Exit(1)
 
 
 @app.command()

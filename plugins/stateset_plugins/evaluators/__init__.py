@@ -1,5 +1,6 @@
 """First-party evaluators: `evaluator:paired` (base vs adapter on held-out cases, graded by one reward, with the
-paired statistics) and `evaluator:chat` (one reply to a conversation, for `stateset-agents chat`).
+paired statistics), `evaluator:judge` (a pinned local judge comparing the two answers in both orders, for
+benchmarking) and `evaluator:chat` (one reply to a conversation, for `stateset-agents chat`).
 
 Registered by lazy "module:attr" paths: `plugins list` imports this module, which must not import torch.
 """
@@ -16,5 +17,7 @@ _INSTALL = "pip install 'stateset-agents[train]'"
 def register_evaluators(register):
     register("stateset_plugins.evaluators.paired:PairedEvaluator", name="paired", version=VERSION,
              requires=_REQUIRES, install=_INSTALL, capabilities=("paired", "eval_results", "statistics"))
+    register("stateset_plugins.evaluators.judged:JudgeEvaluator", name="judge", version=VERSION,
+             requires=_REQUIRES, install=_INSTALL, capabilities=("pairwise", "judge", "replay"))
     register("stateset_plugins.evaluators.chat:ChatEvaluator", name="chat", version=VERSION,
              requires=_REQUIRES, install=_INSTALL, capabilities=("chat", "model_cache"))
