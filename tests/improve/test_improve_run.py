@@ -178,6 +178,12 @@ def test_printed_commands_name_only_files_that_exist_and_parse_offline(tmp_path,
     with pytest.raises(Stop):
         main(argv[1:])
     assert seen["component"] == "trainer:grpo"
+    # the test-look commands parse too: they stop at "nothing nominated yet", not at a usage error
+    test_block = next_steps.split("## Test, once")[1].split("## Look first")[0]
+    printed_evaluate = next(line.strip() for line in test_block.splitlines() if "evaluate --run" in line)
+    capsys.readouterr()
+    assert main(shlex.split(printed_evaluate)[1:]) == 2
+    assert "no checkpoint is nominated" in capsys.readouterr().err.replace("\n", " ")
 
 
 def test_three_roles_split_by_group_never_by_row(tmp_path):

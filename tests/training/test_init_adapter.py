@@ -120,3 +120,27 @@ def test_the_evaluation_protocol_is_checked_before_the_model_loads(tiny_model_di
     protocol = {"samples": 0} if bad == "samples" else {"samples": 2, "temperature": 0.0}
     events = run(request(tiny_model_dir, tmp_path, tmp_path / "p", eval=protocol))
     assert len(events) == 1 and events[0]["type"] == "failed" and bad in events[0]["message"]
+
+
+def test_train_command_flags_for_the_parent_and_the_protocol(tiny_model_dir, tmp_path, capsys):
+    from stateset_agents.cli import main
+
+    data = write_rows(tmp_path / "curated.jsonl", make_rows())
+    validation = write_validation(tmp_path / "validation.jsonl")
+    config = tmp_path / "c.yaml"
+    config.write_text("max_new_tokens: 8\nbatch_size: 2\n")
+    base = ["train", "--dataset", str(data), "--reward", "gsm8k", "--base-model", str(tiny_model_dir), "--steps", "1",
+            "--config", str(config)]
+    assert main(base + ["--algorithm", "sft", "--output", str(tmp_path / "sft")]) == 0
+    capsys.readouterr()
+    child = base + [
+        "--output", str(tmp_path / "rl"), "--init-adapter", str(tmp_path / "sft" / "adapter"), "--eval-prompts",
+        str(validation), "--eval-max-new-tokens", "12", "--samples", "2", "--eval-temperature", "0.8"]
+    assert main(child) == 0
+    out = capsys.readouterr().out
+    assert "best on validation" in out and "nominate" in out
+    manifest = json.loads((tmp_path / "rl" / "manifest.json").read_text())
+    assert manifest["parent"]["run_id"] == json.loads((tmp_path / "sft" / "manifest.json").read_text())["run_id"]
+    protocol = manifest["selection"]["protocol"]
+    assert (protocol["samples"], protocol["temperature"], protocol["max_new_tokens"]) == (2, 0.8, 12)
+    assert json.loads((tmp_path / "rl" / "eval_results.json").read_text())["protocol"] == protocol
