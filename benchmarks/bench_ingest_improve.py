@@ -1,7 +1,7 @@
 """Benchmark: `ingest` then `improve run` over a generated support log, with each reward, beside the floor.
 
 The floor, measured in the same run on the same files: orjson parsing and re-serialising, line by line, the input
-log and every file the two steps write (transcripts.jsonl; graded.jsonl, curated.jsonl, held_out.jsonl). A step's
+log and every file the two steps write (transcripts.jsonl; graded.jsonl, curated.jsonl, validation.jsonl, test.jsonl). A step's
 ratio is its time over the floor of the files it reads and writes. Each step, and each floor right after it, runs in
 a fresh child process that reports its wall time, CPU time (with a plugin server's) and peak RSS. The targets are
 judged on CPU time, because on a shared machine wall time moves with the neighbours' load; both are recorded. Two
@@ -147,7 +147,7 @@ def bench_size(work: Path, n: int, rewards: list[str], subprocess_too: bool, rep
             # The run with the median wall time stands for the step; every run's time is kept beside it.
             r = sorted(runs[runtime], key=lambda run: run["seconds"])[len(runs[runtime]) // 2]
             r = {**r, "seconds_runs": [run["seconds"] for run in runs[runtime]]}
-            outputs = [out / name for name in ("graded.jsonl", "curated.jsonl", "held_out.jsonl")]
+            outputs = [out / name for name in ("graded.jsonl", "curated.jsonl", "validation.jsonl", "test.jsonl")]
             summary = json.loads((out / "improve_summary.json").read_text())
             rows.append({"n": n, "step": "improve", "reward": reward, "runtime": runtime, **r,
                          **floor(transcripts, *outputs), "conversations": conversations,
