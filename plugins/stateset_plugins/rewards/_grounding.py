@@ -285,7 +285,9 @@ class GroundingIndex:
         return self._ends[before]
 
     def grounded(self, value: str, before: int) -> bool:
-        end = self._context_end(before)
+        return self._grounded(value, self._context_end(before))
+
+    def _grounded(self, value: str, end: int) -> bool:
         found = self._found.get(value)
         if found is None:
             scanned = self._scanned.get(value, 0)
@@ -306,7 +308,8 @@ class GroundingIndex:
         distinct = list(dict.fromkeys(values))
         if not distinct:
             return 1.0, []
-        grounded = [v for v in distinct if self.grounded(v, before)]
+        end = self._context_end(before)
+        grounded = [v for v in distinct if self._grounded(v, end)]
         total = float(len(grounded))
         invented = []
         if len(grounded) < len(distinct):

@@ -228,8 +228,9 @@ class CustomerSupportReward(Reward):
         promise to act now ("I'll cancel it") in a reply that neither acts nor asks anything: 0.5."""
         if writes:
             return 1.0
-        if not words.isdisjoint(_CHANGED_WORDS) or self._says(text, "resolved", words):
-            statements = _statements(text)
+        if (not words.isdisjoint(_CHANGED_WORDS) and _CLAIMED_ACTION.search(text)) \
+                or self._says(text, "resolved", words):
+            statements = _statements(text)  # only now: removing the questions costs more than the search
             claimed = [next(filter(None, m.groups())) for m in _CLAIMED_ACTION.finditer(statements)]
             if claimed or self._says(statements, "resolved"):
                 user = seen.last_user(turn_index)
