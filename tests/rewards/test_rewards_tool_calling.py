@@ -148,7 +148,7 @@ def test_real_tau_airline_auc(score_auc):
     without_expected, _ = score_auc(reward, tau_log_records(with_expected_calls=False))
     print(f"\ntool_calling ROC AUC on tau-airline dev: with expected calls {with_expected:.3f}, "
           f"without {without_expected:.3f} (no threshold)")
-    # Fixed rules, nothing fitted: the pooled AUC is the out-of-fold figure (measured 0.932 and 0.664; version 1
+    # Fixed rules, nothing fitted: the pooled AUC is the out-of-fold figure (measured 0.934 and 0.664; version 1
     # gave 0.934 and 0.562). The margins are below the measured values, well inside the +-0.1 of 100 conversations.
     assert with_expected >= 0.91
     assert without_expected >= 0.64

@@ -26,7 +26,8 @@ NEGATE = ("no", "not yet", "don't", "do not", "wait", "hold on")
 # Verbs of changing something for the user: (base, past participle, -ing). A claim names one of these.
 _CHANGE_VERBS = (
     ("change", "changed", "changing"), ("update", "updated", "updating"), ("modify", "modified", "modifying"),
-    ("cancel", "cancell?ed", "cancell?ing"), ("book", "booked", "booking"), ("rebook", "rebooked", "rebooking"),
+    ("cancel", "cancelled", "cancelling"), ("cancel", "canceled", "canceling"), ("book", "booked", "booking"),
+    ("rebook", "rebooked", "rebooking"),
     ("reserve", "reserved", "reserving"), ("refund", "refunded", "refunding"), ("issue", "issued", "issuing"),
     ("process", "processed", "processing"), ("add", "added", "adding"), ("remove", "removed", "removing"),
     ("delete", "deleted", "deleting"), ("upgrade", "upgraded", "upgrading"), ("downgrade", "downgraded", "downgrading"),
@@ -42,20 +43,15 @@ _CHANGE_VERBS = (
     ("approve", "approved", "approving"), ("renew", "renewed", "renewing"), ("activate", "activated", "activating"),
     ("deactivate", "deactivated", "deactivating"),
 )
-
-def _forms(pattern: str) -> set[str]:
-    return {pattern.replace("l?", "l"), pattern.replace("l?", "")} if "l?" in pattern else {pattern}
-
-
-_BASES = frozenset(f for v in _CHANGE_VERBS for f in _forms(v[0]))
-_PASTS = frozenset(f for v in _CHANGE_VERBS for f in _forms(v[1]))
-_INGS = frozenset(f for v in _CHANGE_VERBS for f in _forms(v[2]))
+_BASES = frozenset(v[0] for v in _CHANGE_VERBS)
+_PASTS = frozenset(v[1] for v in _CHANGE_VERBS)
+_INGS = frozenset(v[2] for v in _CHANGE_VERBS)
 _VERB_FORMS = _BASES | _PASTS | _INGS
 _TOKEN = re.compile(r"[a-z0-9']+|[.!?;:\n]")
 _PUNCTUATION = frozenset(".!?;:\n")
 # Done: "has been cancelled", "I've updated", "I have booked", "I cancelled", "successfully refunded", "is now
-# changed", "is changed now", "was updated for you". (A bare "is booked" often describes a record the agent read.) Promised: "I'll change", "I will make sure to update", "I'm cancelling", "we
-# are going to refund", "let me book".
+# changed", "is changed now", "was updated for you" (a bare "is booked" often describes a record the agent read).
+# Promised: "I'll change", "I will make sure to update", "I'm cancelling", "we are going to refund", "let me book".
 _ADVERBS = frozenset(("now", "also", "just", "successfully"))
 _AHEAD = (("went", "ahead", "and"), ("gone", "ahead", "and"))
 _FILLERS = frozenset(("now", "also", "be"))
@@ -180,7 +176,8 @@ def is_value_string(text: str) -> bool:
 
 def value_leaves(arguments: Any, enums: frozenset[str]) -> list[Any]:
     """The argument values that must come from the context: strings that are values (lower-cased, spaces
-    collapsed) and numbers (int, or float when not whole), skipping booleans, nulls, declared enum options, prose and small counts."""
+    collapsed) and numbers (int, or float when not whole), skipping booleans, nulls, declared enum options, prose
+    and small counts."""
     found: list[Any] = []
     stack = [arguments]
     while stack:

@@ -429,8 +429,8 @@ class _ExpectedReplay:
             # once, in the final turn's conduct, not as a fault of their own turn.
             self.lookups_grounded.append(verdict.pop("grounded"))
             problems[:] = [p for p in problems if not p.startswith(_UNGROUNDED)]
-        conduct = 0.0 if violation or verdict.get("grounded", 1.0) < 1.0 else (1.0 if verdict["fresh"] else RETRY_CREDIT)
-        verdict["conduct"] = conduct
+        invented = verdict.get("grounded", 1.0) < 1.0
+        verdict["conduct"] = 0.0 if violation or invented else 1.0 if verdict["fresh"] else RETRY_CREDIT
         if problems:
             verdict["problem"] = "; ".join(problems)
 
