@@ -68,6 +68,8 @@ def test_rl_from_an_sft_parent_records_the_parent_and_resumes_exactly(tiny_model
                           eval_prompts=str(validation))
     events = run(interrupted, stop=stop, on_event=lambda e: stop.set() if e.get("type") == "checkpoint" else None)
     assert events[-1]["type"] == "failed" and events[-1]["reason"] == "interrupted"
+    # as if killed between saving checkpoint 1 and validating it: the resume validates it
+    (tmp_path / "resumed" / "checkpoint_validation.jsonl").write_text("")
     assert run({**interrupted, "resume": True})[-1]["type"] == "completed"
     assert (tmp_path / "resumed" / "adapter" / "adapter_model.safetensors").read_bytes() == child_bytes
     resumed_records = (tmp_path / "resumed" / "checkpoint_validation.jsonl").read_text().splitlines()

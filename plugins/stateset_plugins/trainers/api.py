@@ -154,7 +154,12 @@ class BaseTrainer:
         self.started_at = state.get("started_at", self.started_at)
         self.run_dir.truncate_metrics(self.engine.step)
         truncate_records(self.run_dir.path, self.engine.step)
-        best = best_step(read_records(self.run_dir.path))
+        records = read_records(self.run_dir.path)
+        if self.validator is not None and self.engine.step not in {r["step"] for r in records}:
+            # killed between saving the checkpoint and validating it: validate it now (the RNG is left as loaded)
+            self._validate_checkpoint({"step": self.engine.step, "path": str(path)})
+            records = read_records(self.run_dir.path)
+        best = best_step(records)
         self.engine.protected_steps = {best} if best is not None else set()
 
     def events(self) -> Iterator[dict[str, Any]]:
