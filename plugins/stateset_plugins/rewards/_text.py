@@ -192,6 +192,14 @@ def has_phrase(text: str, words: Iterable[str]) -> bool:
     return phrases(tuple(words)).search(text)
 
 
+# The user's explicit go-ahead for a state-changing action, and the words that cancel one said before it ("no,
+# wait... yes" is not a yes). One copy for the rewards that read consent (customer_support's configurable defaults
+# are the same words).
+AFFIRM = ("yes", "yeah", "yep", "confirm", "confirmed", "proceed", "go ahead", "please do", "do it", "sounds good",
+          "that's correct", "that is correct", "looks good", "looks correct")
+NEGATE = ("no", "not yet", "don't", "do not", "wait", "hold on")
+
+
 def affirmed(text: str, yes: Phrases, no: Phrases, words: frozenset[str] | None = None) -> bool:
     """Does the text say yes (a `yes` phrase) with no `no` phrase before it ("no, wait... yes" is not a yes)?
     `words`: the text's `word_tokens` as a set, when the caller keeps it."""

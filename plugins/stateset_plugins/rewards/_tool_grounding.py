@@ -11,17 +11,16 @@ import re
 from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
-from ._text import Phrases, affirmed, is_error_result, message_text, parse_arguments, tool_calls, tool_result
+from ._text import (AFFIRM, NEGATE, Phrases, affirmed, is_error_result, message_text, parse_arguments, phrases,
+                    tool_calls, tool_result)
 
 # A string of more than this many words is prose (a summary, a note), not a value to look for in the context.
 PROSE_WORDS = 8
 # Integers below this are counts (bags, passengers, nights) the agent derives by counting, not values it copies.
 SMALL_COUNT = 10
 
-# The user's explicit go-ahead ("no"/"wait" before it cancels it); the same words customer_support reads.
-AFFIRM = ("yes", "yeah", "yep", "confirm", "confirmed", "proceed", "go ahead", "please do", "do it", "sounds good",
-          "that's correct", "that is correct", "looks good", "looks correct")
-NEGATE = ("no", "not yet", "don't", "do not", "wait", "hold on")
+# The user's explicit go-ahead (`_text.AFFIRM`; a `NEGATE` word before it cancels it), compiled once.
+_YES, _NO = phrases(AFFIRM), phrases(NEGATE)
 
 # Verbs of changing something for the user: (base, past participle, -ing). A claim names one of these.
 _CHANGE_VERBS = (
@@ -279,7 +278,6 @@ class ConversationFacts:
         self._grounded: dict[tuple[Any, int], bool] = {}
         self._by_name: dict[str, list[tuple[int, dict[str, Any]]]] | None = None
         self._canonicals: dict[int, str] = {}
-        self._yes, self._no = Phrases(AFFIRM), Phrases(NEGATE)
 
     def text(self, index: int) -> str:
         text = self._texts.get(index)
@@ -312,7 +310,7 @@ class ConversationFacts:
     def user_affirmed(self, index: int) -> bool:
         said = self._affirmed.get(index)
         if said is None:
-            said = self._affirmed[index] = affirmed(self.text(index), self._yes, self._no)
+            said = self._affirmed[index] = affirmed(self.text(index), _YES, _NO)
         return said
 
     # -------------------------------------------------------------------------------------------- grounding
