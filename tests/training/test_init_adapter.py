@@ -146,3 +146,33 @@ def test_train_command_flags_for_the_parent_and_the_protocol(tiny_model_dir, tmp
     protocol = manifest["selection"]["protocol"]
     assert (protocol["samples"], protocol["temperature"], protocol["max_new_tokens"]) == (2, 0.8, 12)
     assert json.loads((tmp_path / "rl" / "eval_results.json").read_text())["protocol"] == protocol
+
+
+def test_train_remote_carries_the_parent_and_the_protocol(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """provider:local end to end: the parent adapter and its manifest travel in the workspace, the worker starts
+    from them, and the evaluation protocol of the config reaches the run."""
+    from stateset_agents.cli import main
+
+    monkeypatch.setenv("STATESET_AGENTS_STATE_DIR", str(tmp_path / "state"))
+    parent = tmp_path / "sft"
+    assert run(request(tiny_model_dir, tmp_path, parent, "sft", steps=1))[-1]["type"] == "completed"
+    validation = write_validation(tmp_path / "validation.jsonl")
+    config = tmp_path / "remote.yaml"
+    config.write_text("training: {steps: 1, batch_size: 2, max_new_tokens: 4, num_generations: 2}\n"
+                      "eval: {max_new_tokens: 6}\n")
+    out = tmp_path / "runs" / "r1"
+    argv = ["train-remote", "--provider", "local", "--dataset", str(tmp_path / "curated.jsonl"), "--base-model",
+            str(tiny_model_dir), "--eval-prompts", str(validation), "--max-cost", "1", "--max-hours", "0.5",
+            "--algorithm", "grpo", "--reward", "gsm8k", "--config", str(config), "--output", str(out),
+            "--init-adapter", str(parent / "adapter")]
+    assert main(argv) == 0, capsys.readouterr().err
+    manifest = json.loads((out / "manifest.json").read_text())
+    parent_manifest = json.loads((parent / "manifest.json").read_text())
+    assert manifest["parent"]["run_id"] == parent_manifest["run_id"]
+    assert manifest["parent"]["adapter_sha256"] == parent_manifest["adapter"]["sha256"]
+    assert json.loads((out / "eval_results.json").read_text())["protocol"]["max_new_tokens"] == 6
+    test_file = tmp_path / "test.jsonl"
+    test_file.write_text(json.dumps({"id": "t", "split": "test", "prompt": "hi"}) + "\n")
+    capsys.readouterr()
+    assert main(argv[:8] + [str(test_file)] + argv[9:] + ["--new-run"]) == 2
+    assert "this is a test file" in capsys.readouterr().err.replace("\n", " ")

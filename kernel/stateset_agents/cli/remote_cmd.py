@@ -103,7 +103,12 @@ def train_remote(
     provider_name: str = typer.Option("local", "--provider", help="local, runpod, modal or river."),
     dataset: Optional[Path] = typer.Option(None, "--dataset", help="curated.jsonl from `improve run`."),
     base_model: Optional[str] = typer.Option(None, "--base-model", help="Base model (hub id or path remotely)."),
-    eval_prompts: Optional[Path] = typer.Option(None, "--eval-prompts", help="Held-out prompts (.txt/.jsonl)."),
+    eval_prompts: Optional[Path] = typer.Option(None, "--eval-prompts",
+                                                help="Validation prompts (validation.jsonl): every checkpoint is "
+                                                     "evaluated on them."),
+    init_adapter: Optional[Path] = typer.Option(None, "--init-adapter",
+                                                help="Start from a parent run's adapter (RUN/adapter); it travels "
+                                                     "with the job."),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Hard cap in USD (required to launch)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Provider GPU id or short name (H100, A100-80GB)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs (default 1)."),
@@ -146,7 +151,8 @@ def train_remote(
     flags = {"provider": provider_name if provider_name != "local" or "provider" not in config else None,
              "dataset": str(dataset) if dataset else None, "base_model": base_model,
              "eval_prompts": str(eval_prompts) if eval_prompts else None, "max_cost_usd": max_cost, "gpu": gpu,
-             "gpus": gpus, "max_hours": max_hours, "algorithm": algorithm, "reward": reward}
+             "gpus": gpus, "max_hours": max_hours, "algorithm": algorithm, "reward": reward,
+             "init_adapter": str(init_adapter) if init_adapter else None}
     config.update({k: v for k, v in flags.items() if v is not None})
     if reward_file is not None:
         config["reward"], file_config = reward_and_config(config.get("reward"), None, reward_file)

@@ -20,7 +20,13 @@ SCHEMA: dict[str, Any] = {
         "provider": {"enum": list(PROVIDERS), "default": "local", "description": "Where the job runs."},
         "provider_config": {"type": "object", "description": "Provider-specific options (cloud_type, region...)."},
         "dataset": {"type": "string", "minLength": 1, "description": "curated.jsonl from `improve run`."},
-        "eval_prompts": {"type": ["string", "null"], "description": "Held-out prompts (.txt or .jsonl)."},
+        "eval_prompts": {"type": ["string", "null"],
+                         "description": "Validation prompts (validation.jsonl, or .txt/.jsonl): every checkpoint is "
+                                        "evaluated on them; a test file is refused."},
+        "eval": {"type": "object", "description": "Evaluation protocol: samples, temperature, max_new_tokens, "
+                                                  "allow_truncation (default greedy, 256 tokens)."},
+        "init_adapter": {"type": ["string", "null"],
+                         "description": "A parent run's adapter directory (RUN/adapter) to start from."},
         "base_model": {"type": ["string", "null"], "description": "Hub id or path on the remote side."},
         "algorithm": {"enum": list(ALGORITHMS), "default": "sft"},
         "reward": {"type": ["string", "null"], "description": "Reward component (required by the trainer)."},
@@ -53,6 +59,19 @@ def validation_errors(config: Any, *, base: Path | None = None) -> list[tuple[st
             value = config.get(key)
             if isinstance(value, str) and value and not resolve_path(value, base).is_file():
                 errors.append((key, f"file not found: {value}"))
+        parent = config.get("init_adapter")
+        if isinstance(parent, str) and parent and not (resolve_path(parent, base) / "adapter_model.safetensors").is_file():
+            errors.append(("init_adapter", f"not an adapter directory (no adapter_model.safetensors): {parent}"))
+        prompts = config.get("eval_prompts")
+        if isinstance(prompts, str) and prompts and resolve_path(prompts, base).is_file():
+            from ..pipeline.splits import TEST, file_role
+
+            try:
+                if file_role(resolve_path(prompts, base)) == TEST:
+                    errors.append(("eval_prompts", "this is a test file (its rows say split: test): training "
+                                                   "evaluates checkpoints on the validation file only"))
+            except InputError as exc:
+                errors.append(("eval_prompts", str(exc)))
         dataset = config.get("dataset")
         if isinstance(dataset, str) and dataset and resolve_path(dataset, base).is_file():
             from ..pipeline.splits import refuse_evaluation_file
@@ -83,7 +102,7 @@ def load(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError("the config must be a mapping", path=str(path))
     # relative file paths in a config file are relative to that file
-    for key in ("dataset", "eval_prompts"):
+    for key in ("dataset", "eval_prompts", "init_adapter"):
         if isinstance(data.get(key), str):
             data[key] = str(resolve_path(data[key], path.parent))
     return data
@@ -99,5 +118,6 @@ def validated(config: Mapping[str, Any], *, source: str | None = None) -> dict[s
     full = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
     full.setdefault("training", {})
     full.setdefault("reward_config", {})
+    full.setdefault("eval", {})
     full.setdefault("provider_config", {})
     return full

@@ -2,6 +2,7 @@
 
     WORKSPACE/ (0700)
         dataset.jsonl, eval_prompts.<ext>   byte copies of the inputs
+        parent/adapter/, parent/manifest.json  with --init-adapter: the parent's adapter files and its manifest
         config.json                         the validated config, paths rewritten to the snapshots
         plan.json                           run id, provider, GPU, image + digest, hours, quote, worst case, checksum
 
@@ -27,17 +28,20 @@ from .state import private_dir
 PLAN_VERSION = 1
 PLAN_FILE = "plan.json"
 #: config keys that do not define the job (the cap is a budget, not part of the work)
-_NOT_IDENTITY = ("max_cost_usd", "dataset", "eval_prompts")
+_NOT_IDENTITY = ("max_cost_usd", "dataset", "eval_prompts", "init_adapter")
+PARENT_DIR = "parent"
 
 
 def run_id_for(config: Mapping[str, Any], *, dataset_sha256: str, eval_sha256: str | None, gpu_id: str,
-               image_digest: str | None) -> str:
+               image_digest: str | None, init_adapter_sha256: str | None = None) -> str:
     identity = {
         "dataset_sha256": dataset_sha256, "eval_sha256": eval_sha256,
-        "config": {k: v for k, v in config.items() if k not in _NOT_IDENTITY},
+        "config": {k: v for k, v in config.items() if k not in _NOT_IDENTITY and not (k == "eval" and not v)},
         "provider": config["provider"], "gpu": gpu_id, "gpus": config["gpus"], "image_digest": image_digest,
         "max_hours": config["max_hours"],
     }
+    if init_adapter_sha256:  # only then: the ids of jobs without a parent stay what they were
+        identity["init_adapter_sha256"] = init_adapter_sha256
     return "sa-" + digest(identity)[:20]
 
 
@@ -59,6 +63,24 @@ def snapshot_inputs(config: Mapping[str, Any], workspace: Path) -> dict[str, Any
         name = stem + "".join(src_path.suffixes[-2:]) if stem == "eval_prompts" else "dataset.jsonl"
         shutil.copyfile(src_path, workspace / name)
         out[key] = {"file": name, "sha256": sha256_file(workspace / name), "source": str(src)}
+    if config.get("init_adapter"):
+        src_dir = Path(config["init_adapter"])
+        weights = src_dir / "adapter_model.safetensors"
+        if not weights.is_file():
+            raise InputError("not an adapter directory (no adapter_model.safetensors)", path=str(src_dir),
+                             field="init_adapter")
+        target = workspace / PARENT_DIR / "adapter"
+        if target.parent.exists():
+            shutil.rmtree(target.parent)
+        target.mkdir(parents=True)
+        # one input per file (the bundle carries files): the weights under "init_adapter", the rest beside them
+        copies = [(f, target / f.name) for f in sorted(src_dir.iterdir()) if f.is_file()]
+        if (src_dir.parent / "manifest.json").is_file():  # the parent's lineage travels with it
+            copies.append((src_dir.parent / "manifest.json", target.parent / "manifest.json"))
+        for src_file, dst in copies:
+            shutil.copyfile(src_file, dst)
+            key = "init_adapter" if dst.name == weights.name else f"init_adapter/{dst.relative_to(target.parent)}"
+            out[key] = {"file": str(dst.relative_to(workspace)), "sha256": sha256_file(dst), "source": str(src_file)}
     return out
 
 
@@ -66,9 +88,11 @@ def write_plan(workspace: Path, config: Mapping[str, Any], inputs: Mapping[str, 
                image: Mapping[str, Any], quote: Mapping[str, Any], worst_case_usd: float) -> dict[str, Any]:
     run_id = run_id_for(config, dataset_sha256=inputs["dataset"]["sha256"],
                         eval_sha256=(inputs.get("eval_prompts") or {}).get("sha256"), gpu_id=gpu_id,
-                        image_digest=image.get("digest"))
+                        image_digest=image.get("digest"),
+                        init_adapter_sha256=(inputs.get("init_adapter") or {}).get("sha256"))
     snap_config = {**config, "dataset": inputs["dataset"]["file"],
-                   "eval_prompts": (inputs.get("eval_prompts") or {}).get("file")}
+                   "eval_prompts": (inputs.get("eval_prompts") or {}).get("file"),
+                   "init_adapter": f"{PARENT_DIR}/adapter" if inputs.get("init_adapter") else None}
     write_json(workspace / "config.json", snap_config)
     now = time.time()
     plan = {

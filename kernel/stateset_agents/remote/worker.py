@@ -52,7 +52,8 @@ def request_for(job: Path, config: dict[str, Any]) -> dict[str, Any]:
             "eval_prompts": str(job / config["eval_prompts"]) if config.get("eval_prompts") else None,
             "base_model": config.get("base_model"), "reward": config.get("reward"),
             "reward_config": config.get("reward_config") or {}, "config": config.get("training") or {},
-            "output": str(job / "run"),
+            "output": str(job / "run"), "eval": config.get("eval") or {},
+            "init_adapter": str(job / config["init_adapter"]) if config.get("init_adapter") else None,
             # a hosted backend (River) the provider chose for this job; absent: the trainer's local torch backend
             **({"backend": load_json(job / "backend.json")} if (job / "backend.json").exists() else {})}
 
