@@ -270,6 +270,9 @@ class ConversationFacts:
     def __init__(self, messages: Sequence[Mapping[str, Any]], kind: Callable[[str], str]):
         self.messages = messages
         self.kind = kind
+        # Every walk over the conversation reads roles: one list of them, built once.
+        self.roles = [m.get("role") for m in messages]
+        self.assistant_turns = [i for i, role in enumerate(self.roles) if role == "assistant"]
         self._texts: dict[int, str] = {}
         self._calls: dict[int, list[dict[str, Any]]] = {}
         self._outcomes: dict[tuple[int, Any], str] = {}
@@ -320,8 +323,7 @@ class ConversationFacts:
         what the user said; "endorsed": what the agent proposed and the user then said yes to."""
         pieces: list[tuple[int, str]] = []
         pending = -1  # the agent's last text, waiting for the user's next message
-        for index, message in enumerate(self.messages):
-            role = message.get("role")
+        for index, role in enumerate(self.roles):
             if sources != "endorsed":
                 if role == "user":
                     pieces.append((index, " ".join(self.text(index).split()).lower()))
@@ -382,9 +384,9 @@ class ConversationFacts:
     # -------------------------------------------------------------------------------------- consent, claims
     def went_ahead(self, turn: int) -> bool:
         """Did the user say yes since the agent last wrote to them (its proposal), before this turn?"""
+        roles = self.roles
         for index in range(turn - 1, -1, -1):
-            message = self.messages[index]
-            role = message.get("role")
+            role = roles[index]
             if role == "user" and self.user_affirmed(index):
                 return True
             if role == "assistant" and self.text(index).strip():
@@ -394,8 +396,9 @@ class ConversationFacts:
     def proposed(self, values: Sequence[Any], turn: int) -> bool:
         """Are all the call's values (`value_leaves`) in the agent's last proposal or what the user said since?"""
         texts = []
+        roles = self.roles
         for index in range(turn - 1, -1, -1):
-            role = self.messages[index].get("role")
+            role = roles[index]
             if role == "user":
                 texts.append(self.text(index))
             elif role == "assistant" and self.text(index).strip():
@@ -407,9 +410,9 @@ class ConversationFacts:
     def changed_since_user(self, turn: int) -> bool:
         """Did a state-changing or hand-off call that took effect run since the user's last message (this turn's
         own calls included)?"""
+        roles = self.roles
         for index in range(turn, -1, -1):
-            message = self.messages[index]
-            role = message.get("role")
+            role = roles[index]
             if role == "user":
                 return False
             if role == "assistant":
@@ -422,10 +425,9 @@ class ConversationFacts:
         """Is this call, same name and same arguments, one that already returned an error before this turn?"""
         if self._by_name is None:
             self._by_name = {}
-            for index, message in enumerate(self.messages):
-                if message.get("role") == "assistant":
-                    for earlier in self.calls(index):
-                        self._by_name.setdefault(earlier["name"], []).append((index, earlier))
+            for index in self.assistant_turns:
+                for earlier in self.calls(index):
+                    self._by_name.setdefault(earlier["name"], []).append((index, earlier))
         failed = [c for i, c in self._by_name.get(call["name"], ()) if i < turn and self.outcome(i, c["id"]) == "error"]
         if not failed:
             return False

@@ -20,7 +20,6 @@ from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
 from stateset_agents import Reward, TurnGrade
-from stateset_agents.components import assistant_turns
 
 from ._text import parse_arguments
 from ._tool_grounding import PROSE_WORDS, ConversationFacts, claims_change, enum_values, value_leaves
@@ -37,6 +36,7 @@ CONDUCT_WEIGHT = 0.1
 _CALL_CHECKS = ("schema", "grounded", "ok", "fresh", "consent")
 _NOT_ITS_ARGUMENTS = ("arguments the tool does not declare", "required arguments missing")
 _UNGROUNDED = "values found nowhere in what the user said or a tool returned"
+_NOTHING_EXPECTED = "no state-changing or expected call in this turn"
 
 
 def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None = None) -> Any:
@@ -285,6 +285,7 @@ class _Seen:
         self._kinds: dict[Any, str] = {}
         self._enums: dict[str, frozenset[str]] = {}
         self._validators: dict[str, Any] = {}
+        self._shapes: dict[str, tuple[Any, Any, Any]] = {}
         self.facts = ConversationFacts(self.messages, self.kind)
 
     def kind(self, name: Any) -> str:
@@ -302,14 +303,14 @@ class _Seen:
     def schema_violation(self, name: str, arguments: Mapping[str, Any], full: bool) -> str | None:
         """Why the arguments do not fit the tool's declaration, or None. Always: no undeclared argument where the
         schema lists its properties, and every required one present; `full`: the whole JSON schema too."""
-        schema = (self.declared.get(name) or {}).get("parameters") or {"type": "object"}
-        properties = schema.get("properties") if isinstance(schema, Mapping) else None
-        if isinstance(properties, Mapping):
+        shape = self._shapes.get(name)
+        if shape is None:
+            shape = self._shapes[name] = _shape(self.declared.get(name))
+        schema, properties, required = shape
+        if properties is not None and any(k not in properties for k in arguments):
             unknown = sorted(str(k) for k in arguments if k not in properties)
-            if unknown:
-                return f"{_NOT_ITS_ARGUMENTS[0]}: {', '.join(unknown)}"
-        required = schema.get("required") if isinstance(schema, Mapping) else None
-        if isinstance(required, list):
+            return f"{_NOT_ITS_ARGUMENTS[0]}: {', '.join(unknown)}"
+        if required is not None:
             absent = [str(k) for k in required if k not in arguments]
             if absent:
                 return f"{_NOT_ITS_ARGUMENTS[1]}: {', '.join(absent)}"
@@ -325,6 +326,16 @@ class _Seen:
             where = ".".join(str(p) for p in errors[0].path) or "(root)"
             return f"arguments do not match the schema at {where}: {errors[0].message}"
         return None
+
+
+def _shape(tool: Mapping[str, Any] | None) -> tuple[Any, Mapping[str, Any] | None, list | None]:
+    """A declared tool's (parameters schema, its properties where a mapping, its required list where a list)."""
+    schema = (tool or {}).get("parameters") or {"type": "object"}
+    is_mapping = type(schema) is dict or isinstance(schema, Mapping)
+    properties = schema.get("properties") if is_mapping else None
+    required = schema.get("required") if is_mapping else None
+    return (schema, properties if type(properties) is dict or isinstance(properties, Mapping) else None,
+            required if isinstance(required, list) else None)
 
 
 class _ExpectedReplay:
@@ -352,12 +363,13 @@ class _ExpectedReplay:
         return self._normalised[key]
 
     def grades(self, turns: list[int]) -> list[TurnGrade]:
-        everyone = assistant_turns({"messages": self.seen.messages})
+        everyone = self.seen.facts.assistant_turns
         wanted = set(turns)
         last = everyone[-1] if everyone else -1
+        final = max(wanted)
         grades = {}
-        for turn in sorted(set(everyone) | wanted):
-            if turn > max(wanted):
+        for turn in sorted(wanted.union(everyone)):
+            if turn > final:
                 break
             judged = self._judge_calls(turn)
             if turn in wanted:
@@ -435,6 +447,12 @@ class _ExpectedReplay:
             verdict["problem"] = "; ".join(problems)
 
     def _grade(self, turn: int, judged: list[dict[str, Any]], last_turn: bool) -> TurnGrade:
+        facts = self.seen.facts
+        text = facts.text(turn)
+        claimed = (bool(text.strip()) and not facts.changed_since_user(turn)
+                   and claims_change(text, acting=bool(judged)))
+        if not judged and not claimed and not last_turn:  # most turns: nothing to score, nothing to build
+            return TurnGrade.not_applicable(_NOTHING_EXPECTED, {"calls": judged})
         # A call nothing else scores (a lookup, a hand-off) counts as an item of 0 when its conduct is at fault.
         items = [j["score"] if j["score"] is not None else 0.0 for j in judged
                  if j["score"] is not None or j.get("conduct", 1.0) < 1.0]
@@ -446,9 +464,7 @@ class _ExpectedReplay:
         breakdown["calls"] = judged
         parts = [f"{j['name']}: {j['match']}" for j in judged if j["score"] is not None]
         parts += [f"{j['name']}: {j['problem']}" for j in judged if j.get("problem")]
-        text = self.seen.facts.text(turn)
-        if (text.strip() and not self.seen.facts.changed_since_user(turn)
-                and claims_change(text, acting=bool(judged))):
+        if claimed:
             breakdown["claims"] = 0.0
             conduct.append(0.0)
             items.append(0.0)
@@ -469,7 +485,7 @@ class _ExpectedReplay:
                 breakdown["grounded_lookups"] = _mean(self.lookups_grounded)
                 conduct.append(breakdown["grounded_lookups"])
         if not items:
-            return TurnGrade.not_applicable("no state-changing or expected call in this turn", breakdown)
+            return TurnGrade.not_applicable(_NOTHING_EXPECTED, breakdown)
         # Conduct breaks ties: of two turns whose expected calls went alike, the cleaner one scores higher.
         breakdown["conduct"] = _mean(conduct) if conduct else 1.0
         score = (1 - CONDUCT_WEIGHT) * _mean(items) + CONDUCT_WEIGHT * breakdown["conduct"]
