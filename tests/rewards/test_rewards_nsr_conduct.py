@@ -102,6 +102,38 @@ def test_calls_since_user_counts_what_the_agent_did_with_the_users_last_words():
     assert reward.grade_turn(acted, 5).breakdown["acted@turn"] == "kept"
 
 
+def test_calls_since_user_can_count_only_calls_that_took_effect_and_reply_rules_judge_turns_with_text():
+    policy = copy.deepcopy(SHOP)
+    policy["words"]["done"] = ["refunded"]
+    policy["rules"] = [{"id": "backed", "decision": "reply", "when": "turn_says('done')",
+                        "require": "calls_since_user('refund', succeeded=true) > 0"}]
+    reward = NSRReward({"policy": policy})
+    failed = conversation([user("Refund AB12."), assistant(None, [("refund", '{"order": "AB12", "amount": 5}')]),
+                           tool("call_0_refund", "Error: no such order"), assistant("Refunded!")])
+    assert reward.grade_turn(failed, 3).breakdown["backed@turn"] == "broken"  # the call was made, nothing done
+    worked = copy.deepcopy(failed)
+    worked["messages"][2] = tool("call_0_refund", '{"ok": true}')
+    assert reward.grade_turn(worked, 3).breakdown["backed@turn"] == "kept"
+    # a turn without text is no reply: the rule is not even a candidate
+    assert not reward.grade_turn(worked, 1).applicable
+    with pytest.raises(InputError, match="decision"):
+        NSRReward({"policy": {**policy, "rules": [{"id": "x", "decision": "replies", "require": "true"}]}})
+
+
+def test_call_repeated_is_the_same_tool_with_the_same_arguments_again():
+    policy = copy.deepcopy(SHOP)
+    policy["rules"] = [{"id": "once", "decision": "write", "require": "not call_repeated"}]
+    reward = NSRReward({"policy": policy})
+    call = ("refund", '{"order": "AB12", "amount": 5}')
+    twice = conversation([user("Refund AB12."), assistant(None, [call]), tool("call_0_refund", "Error: busy"),
+                          assistant(None, [call])])
+    assert reward.grade_turn(twice, 1).breakdown["once@refund"] == "kept"
+    assert reward.grade_turn(twice, 3).breakdown["once@refund"] == "broken"
+    changed = copy.deepcopy(twice)
+    changed["messages"][3] = assistant(None, [("refund", '{"order": "AB12", "amount": 4}')])
+    assert reward.grade_turn(changed, 3).breakdown["once@refund"] == "kept"
+
+
 _TOOLS = [{"type": "function", "function": {"name": "refund", "parameters": {
     "type": "object", "properties": {"order": {"type": "string"}, "amount": {"type": "integer"},
                                      "reason": {"type": "string", "enum": ["late", "broken"]}},
@@ -174,6 +206,29 @@ def test_airline_after_the_yes_the_agent_acts_before_it_replies(airline_policy):
     acted = _answered(conv, '{"reservation_id": "R1"}')
     acted["messages"].append(assistant("Your reservation has been updated."))
     assert key not in reward.grade_turn(acted, len(acted["messages"]) - 1).breakdown  # kept: nothing to score
+
+
+def test_airline_claimed_change_needs_a_write_that_took_effect(airline_policy):
+    key = "claims-backed-by-a-write@turn"
+    conv = _change_conversation(_SAME_FLIGHTS)
+    reward = NSRReward({"policy": airline_policy})
+    claimed = conversation(conv["messages"][:-1] + [assistant("Your reservation has been updated.")])
+    assert reward.grade_turn(claimed, len(claimed["messages"]) - 1).breakdown[key] == "broken"
+    rejected = _answered(conv, "Error: not enough seats")
+    rejected["messages"].append(assistant("Your reservation has been updated."))
+    assert reward.grade_turn(rejected, len(rejected["messages"]) - 1).breakdown[key] == "broken"
+    done = _answered(conv, '{"reservation_id": "R1"}')
+    done["messages"].append(assistant("Your reservation has been updated."))
+    assert key not in reward.grade_turn(done, len(done["messages"]) - 1).breakdown
+
+
+def test_airline_no_write_repeated_unchanged(airline_policy):
+    key = "no-repeated-write@update_reservation_flights"
+    first = _change_conversation(_SAME_FLIGHTS)
+    assert _breakdown(airline_policy, first)[key] == "kept"
+    conv = _answered(first, "Error: not enough seats")
+    again = conversation(conv["messages"] + [conv["messages"][-2]])  # the same call, after its error
+    assert _breakdown(airline_policy, again)[key] == "broken"
 
 
 def test_airline_calls_fit_the_declared_tools(airline_policy):

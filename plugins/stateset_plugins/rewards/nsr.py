@@ -7,10 +7,11 @@ in the turn is kept or broken, and the score is the kept share (by weight). The 
 """
 from __future__ import annotations
 
+import re
 import threading
 from bisect import bisect_left
 from collections.abc import Mapping  # not typing's: its isinstance checks are several times slower
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Callable, Sequence
 
 from stateset_agents import Reward, TurnGrade
@@ -18,7 +19,7 @@ from stateset_agents import Reward, TurnGrade
 from stateset_agents.errors import InputError
 
 from ._text import (affirmed, has_phrase, is_error_data, is_error_result, message_text, parse_arguments,
-                    parse_json_maybe, phrases, tool_calls, tool_result_index)
+                    parse_json_maybe, phrases, tool_calls, tool_result_index, word_tokens)
 from ._tools import declared_tools
 from .policy_language import UNKNOWN, Evaluator, flatten, load_policy, matches, pattern
 
@@ -69,13 +70,15 @@ class NSRReward(Reward):
     def _rules_for(self, decision: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The rules a decision triggers. Which rules a call can trigger depends only on its tool name, and which a
         turn or refusal can, on its kind (a refusal's `mentions` still read its text), so the candidates are kept."""
-        key = decision["call"] if decision["kind"] == "call" else "\0" + decision["kind"]
+        kind = decision["kind"]
+        # a turn's candidates depend on whether it says something (`reply` rules judge only turns with text)
+        key = decision["call"] if kind == "call" else f"\0{kind}{decision['turn']['has_text'] if kind == 'turn' else ''}"
         rules = self._rules_by_call.get(key)
         if rules is None:
             rules = self._rules_by_call[key] = [r for r in self.policy["rules"]
-                                                if r["decision"]["kind"] in _KINDS_FOR[decision["kind"]]
-                                                and (decision["kind"] != "call"
-                                                     or _triggers(r["decision"], decision, self.policy))]
+                                                if r["decision"]["kind"] in _KINDS_FOR[kind]
+                                                and (kind == "refusal" or _triggers(r["decision"], decision,
+                                                                                     self.policy))]
         if decision["kind"] == "refusal":
             return [r for r in rules if _triggers(r["decision"], decision, self.policy)]
         return rules
@@ -120,13 +123,15 @@ def _reason(verdicts: Sequence[Mapping[str, Any]]) -> str:
 
 
 #: The rule kinds (`decision:`) that can trigger on each kind of decision.
-_KINDS_FOR = {"turn": ("turn",), "refusal": ("refusal",), "call": ("tool_call", "write", "handoff", "call")}
+_KINDS_FOR = {"turn": ("turn", "reply"), "refusal": ("refusal",), "call": ("tool_call", "write", "handoff", "call")}
 
 
 def _triggers(on: Mapping[str, Any], decision: Mapping[str, Any], policy: Mapping[str, Any]) -> bool:
     kind = on["kind"]
     if kind == "turn":
         return decision["kind"] == "turn"
+    if kind == "reply":  # the turn, when it says something to the user
+        return decision["kind"] == "turn" and decision["turn"]["has_text"]
     if kind == "refusal":
         if decision["kind"] != "refusal":
             return False
@@ -152,13 +157,15 @@ class _Conversation:
     at once (nearly every one is read, most are plain strings), the rest on first use."""
 
     __slots__ = ("messages", "tools", "by_role", "texts", "_calls", "_results", "_holding", "_spoken", "_successful",
-                 "_declared", "confirmations")
+                 "_declared", "confirmations", "_first", "_tokens")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]], tools: Any = None):
         self.messages = messages
         self.tools = tools
         self._declared: dict[str, Mapping[str, Any]] | None = None
-        self.confirmations: dict[int, bool] = {}  # user message index -> does it say yes (`user_confirmed`)
+        self.confirmations: dict[int, bool] = {}
+        self._first: dict[tuple[str, str], float] = {}
+        self._tokens: dict[int, frozenset[str]] = {}  # user message index -> does it say yes (`user_confirmed`)
         self.by_role: dict[str, list[int]] = {"user": [], "assistant": [], "tool": []}
         self.texts: list[str] = []  # message_text of each message
         for index, message in enumerate(messages):
@@ -201,8 +208,35 @@ class _Conversation:
         key = (role, words)
         found = self._holding.get(key)
         if found is None:
-            search, texts = phrases(words).search, self.texts
-            found = self._holding[key] = [i for i in self.by_role[role] if search(texts[i])]
+            search, screen = _matcher(words)
+            found = self._holding[key] = [] if search is None else [
+                i for i in self.by_role[role] if self._holds(i, search, screen)]
+        return found
+
+    def first_holding(self, role: str, value: str) -> float:
+        """The index of the first message of `role` that holds `value` word-bounded (as `says` would find it),
+        else infinity. A single ASCII word (an id, a code) is looked up in each message's word tokens, found once
+        per message, instead of a regex search of every message for every value."""
+        key = (role, value)
+        found = self._first.get(key)
+        if found is None:
+            if value.isascii() and _ONE_WORD.fullmatch(value):
+                wanted, texts, found = value.lower(), self.texts, _NEVER
+                for i in self.by_role[role]:
+                    if wanted in self.tokens(i) if texts[i].isascii() else self.says(i, (value,)):
+                        found = i
+                        break
+            else:
+                holding = self.holding(role, (value,))
+                found = holding[0] if holding else _NEVER
+            self._first[key] = found
+        return found
+
+    def tokens(self, index: int) -> frozenset[str]:
+        """The lower-cased word tokens of message `index`, found once."""
+        found = self._tokens.get(index)
+        if found is None:
+            found = self._tokens[index] = frozenset(word_tokens(self.texts[index]))
         return found
 
     def spoken(self, role: str) -> list[int]:
@@ -226,8 +260,16 @@ class _Conversation:
         return _fits_schema(declaration.get("parameters") or {"type": "object"}, arguments)
 
     def says(self, index: int, words: tuple[str, ...]) -> bool:
-        """Does message `index` contain one of the phrases (word-bounded, case-insensitive)?"""
-        return phrases(words).search(self.texts[index])
+        """Does message `index` contain one of the phrases (word-bounded, case-insensitive)? `Phrases.search`,
+        with its screen a set test against the message's word tokens, found once per message."""
+        search, screen = _matcher(words)
+        return search is not None and self._holds(index, search, screen)
+
+    def _holds(self, index: int, search: Callable[[str], Any], screen: frozenset[str] | None) -> bool:
+        text = self.texts[index]
+        if screen is not None and text.isascii() and screen.isdisjoint(self.tokens(index)):
+            return False  # a phrase matches only where its longest word is one of the text's words
+        return search(text) is not None
 
     def calls(self, index: int) -> Sequence[tuple[dict[str, Any], Any]]:
         """(call, parsed arguments or None) for each tool call of message `index`."""
@@ -320,6 +362,8 @@ class _Context:
             return self._user_confirmed()
         if name == "call_failed":
             return self._call_failed()
+        if name == "call_repeated":
+            return self._call_repeated()
         if name == "call_fits_declaration":
             decision = self.decision
             if decision.get("kind") != "call":
@@ -334,7 +378,7 @@ class _Context:
                 facts[name] = self._evaluator.evaluate(self.policy["facts"][name])
             return facts[name]
         raise InputError(f"policy expression uses {name!r}, which is neither a fact, a constant nor a built-in "
-                         "name (args, call, turn, user_confirmed, call_failed, call_fits_declaration)", field="policy")
+                         "name (args, call, turn, user_confirmed, call_failed, call_repeated, call_fits_declaration)", field="policy")
 
     def _functions(self) -> Mapping[str, Callable[..., Any]]:
         """The context's functions (with the built-in ones, once per context: per thread); those about "this turn"
@@ -394,8 +438,8 @@ class _Context:
         What the agent may state as a fact is what the user or the tools provided."""
         if value is UNKNOWN or value is None:
             return UNKNOWN
-        wanted = (str(value),)
-        return any(self._holds_before(role, wanted) for role in ("tool", "user"))
+        wanted = str(value)
+        return any(self.seen.first_holding(role, wanted) < self.turn_index for role in ("tool", "user"))
 
     def _call_failed(self) -> Any:
         """Did the system reject this decision's call (its own result is an error)? UNKNOWN for a call the log
@@ -406,16 +450,32 @@ class _Context:
         answer = tool_result_index(self.messages, decision["call_id"], self.turn_index + 1)
         return UNKNOWN if answer is None else self.seen.errored(answer)
 
-    def _calls_since_user(self, tool: str | Sequence[str] | None = None) -> int:
-        """How many tool calls (to `tool`, or any tool when none is named; whatever their result) the agent made
-        after the user's latest message and before this turn: what it did with the user's last words."""
+    def _calls_since_user(self, tool: str | Sequence[str] | None = None, succeeded: bool = False) -> int:
+        """How many tool calls (to `tool`, or any tool when none is named) the agent made after the user's latest
+        message and before this turn: what it did with the user's last words. Whatever their result, or with
+        `succeeded=true` only those that took effect."""
         tools = None if tool is None else ({tool} if isinstance(tool, str) else set(tool))
         last_user = self._last_index("user")
+        start = -1 if last_user is None else last_user
+        if succeeded:
+            made = self.seen.successful_calls()
+            return sum(1 for index, name, _, _ in made[bisect_left(made, (start,)):bisect_left(made, (self.turn_index,))]
+                       if tools is None or name in tools)
         assistants = self.seen.by_role["assistant"]
-        start = bisect_left(assistants, -1 if last_user is None else last_user)
-        end = bisect_left(assistants, self.turn_index)
-        return sum(1 for index in assistants[start:end] for call, _ in self.seen.calls(index)
-                   if tools is None or call["name"] in tools)
+        return sum(1 for index in assistants[bisect_left(assistants, start):bisect_left(assistants, self.turn_index)]
+                   for call, _ in self.seen.calls(index) if tools is None or call["name"] in tools)
+
+    def _call_repeated(self) -> Any:
+        """Is this decision's call the same tool with the same arguments as an earlier call of the prefix, whatever
+        that one's result (the change made twice, or a retry that changes nothing)? UNKNOWN for no call."""
+        decision = self.decision
+        if decision.get("kind") != "call" or decision["args"] is UNKNOWN:
+            return UNKNOWN
+        name, arguments = decision["call"], decision["args"]
+        assistants = self.seen.by_role["assistant"]
+        return any(call["name"] == name and earlier == arguments
+                   for index in assistants[:bisect_left(assistants, self.turn_index)]
+                   for call, earlier in self.seen.calls(index))
 
     def _last_index(self, role: str) -> int | None:
         """The latest message of `role` in the prefix: the user's latest message, even one without text (it says
@@ -524,6 +584,22 @@ def _fits_schema(schema: Any, value: Any) -> bool:
                 if not _fits_schema(items, item):
                     return False
     return True
+
+
+_ONE_WORD = re.compile(r"\w+")
+_NEVER = float("inf")
+
+
+@lru_cache(maxsize=4096)
+def _matcher(words: tuple[str, ...]) -> tuple[Callable[[str], Any] | None, frozenset[str] | None]:
+    """A phrase list's regex search (`phrases`; None for an empty list) and the screen `Phrases` applies: a phrase
+    can only match a text holding its longest word (lower-cased); no screen where a phrase is not ASCII or has no
+    word (Unicode case folding is wider than `lower`)."""
+    pattern = phrases(words).pattern
+    cleaned = [p.strip() for p in words if isinstance(p, str) and p.strip()]
+    longest = [max(word_tokens(p), key=len, default="") for p in cleaned]
+    screen = frozenset(longest) if all(p.isascii() for p in cleaned) and all(longest) else None
+    return (None if pattern is None else pattern.search), screen
 
 
 def _regex_matches(regex: Any, text: str) -> list[str]:

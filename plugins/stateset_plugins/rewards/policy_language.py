@@ -37,7 +37,7 @@ class _Unknown:
 
 UNKNOWN = _Unknown()
 
-DECISION_KINDS = ("write", "handoff", "refusal", "tool_call", "turn")
+DECISION_KINDS = ("write", "handoff", "refusal", "tool_call", "turn", "reply")
 #: How a turn's verdicts make its score (docs/policy-language.md, "Score and reason").
 SCORINGS = ("kept_share", "all_kept", "per_breach")
 
@@ -88,7 +88,7 @@ def _same(have: Any, wanted: Any) -> bool:
 
 def matches(item: Any, match: Mapping[str, Any]) -> bool:
     """Does a mapping carry every `field=value` of `match`? An UNKNOWN wanted value never matches."""
-    if not isinstance(item, Mapping):
+    if type(item) is not dict and not isinstance(item, Mapping):  # `type` first: abc checks are slow
         return False
     return all(wanted is not UNKNOWN and _same(item.get(key), wanted) for key, wanted in match.items())
 
@@ -102,8 +102,11 @@ def _where(items: Any, **match: Any) -> Any:
 
 def _find(items: Any, **match: Any) -> Any:
     """The first mapping of a list whose fields equal the given values; UNKNOWN when none does."""
-    found = _where(items, **match)
-    return found[0] if isinstance(found, list) and found else UNKNOWN
+    if isinstance(items, list):
+        for item in items:  # stops at the first: records lists (every search's flights) can be long
+            if matches(item, match):
+                return item
+    return UNKNOWN
 
 
 def flatten(value: Any) -> list[Any]:
@@ -433,7 +436,7 @@ def _is_true(value: Any) -> bool:
 def _field(container: Any, key: Any) -> Any:
     if container is UNKNOWN or container is None or key is UNKNOWN:
         return UNKNOWN
-    if isinstance(container, Mapping):
+    if type(container) is dict or isinstance(container, Mapping):  # `type` first: abc checks are slow
         return container.get(key, UNKNOWN)
     if isinstance(container, list) and isinstance(key, int) and -len(container) <= key < len(container):
         return container[key]
