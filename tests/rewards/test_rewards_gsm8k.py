@@ -86,7 +86,7 @@ def test_improve_through_a_plugin_writes_what_in_process_writes_on_a_mixed_log(t
     transcripts.write_bytes(b"\n".join(lines) + b"\n")
     for runtime in ("inprocess", "subprocess"):
         run_improve(transcripts, "gsm8k", tmp_path / runtime, runtime=runtime, held_out_fraction=0.2)
-    for name in ("graded.jsonl", "curated.jsonl", "held_out.jsonl"):
+    for name in ("graded.jsonl", "curated.jsonl", "validation.jsonl", "test.jsonl"):
         assert (tmp_path / "subprocess" / name).read_bytes() == (tmp_path / "inprocess" / name).read_bytes()
     rows = [orjson.loads(line) for line in (tmp_path / "subprocess" / "graded.jsonl").read_bytes().splitlines()]
     by_id = {row["conversation_id"]: row for row in rows}
