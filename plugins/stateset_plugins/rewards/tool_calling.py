@@ -41,6 +41,12 @@ _NOTHING_EXPECTED = "no state-changing or expected call in this turn"
 
 def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None = None) -> Any:
     """A canonical form for comparing arguments (choices documented in docs/rewards.md)."""
+    kind = type(value)
+    if kind is str:  # the common cases first, by exact type; anything else takes the general path below
+        return _normalise_text(value)
+    if kind is dict:
+        return {k: _normalise_text(v) if type(v) is str else normalise(v, ordered, k) for k, v in value.items()
+                if v is not None}
     if isinstance(value, bool) or value is None:
         return value
     if type(value) is int:
@@ -48,18 +54,7 @@ def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None
     if isinstance(value, (int, float)):
         return _whole(Fraction(str(value)))  # 250 == 250.0, and no float noise
     if isinstance(value, str):
-        text = " ".join(value.split()).casefold()
-        if _DIGIT.search(text) is not None:  # no number is written without a digit: skip the costly attempt
-            if "_" not in text:  # int() reads "1_000"; Fraction, the reference here, does not
-                try:
-                    return int(text)  # "250" == 250: logged arguments often quote numbers
-                except ValueError:
-                    pass
-            try:
-                return _whole(Fraction(text))
-            except (ValueError, ZeroDivisionError):
-                pass
-        return "<prose>" if len(text.split()) > PROSE_WORDS else text
+        return _normalise_text(value)
     if type(value) is dict or isinstance(value, Mapping):
         return {k: normalise(v, ordered, k) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
@@ -69,6 +64,23 @@ def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None
 
 
 _DIGIT = re.compile(r"\d")  # what Fraction's parser requires somewhere in a number
+
+
+def _normalise_text(value: str) -> Any:
+    """`normalise` of a string: a number when it reads as one ("250" == 250), else its words, casefolded."""
+    words = value.split()
+    text = " ".join(words).casefold()  # casefolding never adds or removes whitespace: `words` still counts them
+    if _DIGIT.search(text) is not None:  # no number is written without a digit: skip the costly attempt
+        if "_" not in text:  # int() reads "1_000"; Fraction, the reference here, does not
+            try:
+                return int(text)  # "250" == 250: logged arguments often quote numbers
+            except ValueError:
+                pass
+        try:
+            return _whole(Fraction(text))
+        except (ValueError, ZeroDivisionError):
+            pass
+    return "<prose>" if len(words) > PROSE_WORDS else text
 
 
 def _whole(number: Fraction) -> int | Fraction:
@@ -453,17 +465,35 @@ class _ExpectedReplay:
                    and claims_change(text, acting=bool(judged)))
         if not judged and not claimed and not last_turn:  # most turns: nothing to score, nothing to build
             return TurnGrade.not_applicable(_NOTHING_EXPECTED, {"calls": judged})
-        # A call nothing else scores (a lookup, a hand-off) counts as an item of 0 when its conduct is at fault.
-        items = [j["score"] if j["score"] is not None else 0.0 for j in judged
-                 if j["score"] is not None or j.get("conduct", 1.0) < 1.0]
-        conduct = [j["conduct"] for j in judged if "conduct" in j]
+        items: list[float] = []
+        scores: list[float] = []
+        conduct: list[float] = []
+        checked: list[dict[str, Any]] = []
+        parts: list[str] = []
+        problems: list[str] = []
+        # One pass, each list in the calls' order. A call nothing else scores (a lookup, a hand-off) counts as an
+        # item of 0 when its conduct is at fault.
+        for j in judged:
+            score = j["score"]
+            if score is not None:
+                scores.append(score)
+                items.append(score)
+                parts.append(f"{j['name']}: {j['match']}")
+            elif j.get("conduct", 1.0) < 1.0:
+                items.append(0.0)
+            if "conduct" in j:
+                conduct.append(j["conduct"])
+            if "schema" in j:
+                checked.append(j)
+            if j.get("problem"):
+                problems.append(f"{j['name']}: {j['problem']}")
+        parts += problems
         breakdown: dict[str, Any] = {}
-        if any(j["score"] is not None for j in judged):
-            breakdown["expected"] = _mean([j["score"] for j in judged if j["score"] is not None])
-        breakdown.update(_call_means([j for j in judged if "schema" in j]))
+        if scores:
+            breakdown["expected"] = _mean(scores)
+        if checked:
+            breakdown.update(_call_means(checked))
         breakdown["calls"] = judged
-        parts = [f"{j['name']}: {j['match']}" for j in judged if j["score"] is not None]
-        parts += [f"{j['name']}: {j['problem']}" for j in judged if j.get("problem")]
         if claimed:
             breakdown["claims"] = 0.0
             conduct.append(0.0)
