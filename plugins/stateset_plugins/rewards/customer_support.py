@@ -99,82 +99,44 @@ class CustomerSupportReward(Reward):
         super().__init__(config)
         self.phrases = {key: tuple(self.config.get(key, default)) for key, default in DEFAULT_PHRASES.items()}
         self._phrases = {key: Phrases(phrases) for key, phrases in self.phrases.items()}
+        self._texts: dict[str, _Text] = {}  # distinct texts read so far, with what this reward decided from them
 
     def _says(self, text: str, key: str, words: frozenset[str] | None = None) -> bool:
         return self._phrases[key].search(text, words)
 
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
-        return self._grade(_Seen(conversation), turn_index)
+        return self._grade(_Seen(conversation, self._texts), turn_index)
 
     def grade_conversation(self, conversation: Mapping[str, Any], turns) -> list[TurnGrade]:
-        seen = _Seen(conversation)  # what every turn of the conversation reads, derived once
+        seen = _Seen(conversation, self._texts)  # what every turn of the conversation reads, derived once
         return [self._grade(seen, t) for t in turns]
 
     def _grade(self, seen: "_Seen", turn_index: int) -> TurnGrade:
         messages = seen.messages
-        text = seen.text(turn_index)
+        facts = seen.facts(turn_index)
+        text = facts.text
         calls = seen.calls(turn_index)
         kinds = [seen.kind(c["name"]) for c in calls]
         handoff_call = "handoff" in kinds
         writes = "write" in kinds
         user = seen.last_user(turn_index)
-        user_text = seen.text(user) if user is not None else ""
-        words = seen.words(turn_index)  # each text's word tokens, for the phrase screens
-        user_words = seen.words(user) if user is not None else frozenset()
-        if writes and not text.strip():
-            # A state-changing action needs the user's explicit go-ahead in their latest message, given to a
-            # question the agent asked (it states what it will do and asks; a yes to nothing is half a go-ahead).
-            # It should be one the system accepts: a write the tool rejected was an attempt to change something
-            # that cannot change. And what it writes must come from the conversation: an id, amount or date in the
-            # arguments that no one said and no tool returned is invented.
-            consent = 0.0
-            if self._user_affirmed(user_text, user_words):
-                consent = 1.0 if seen.asked_before(user) else 0.5
-            rejected = [c["name"] for c in calls
-                        if seen.kind(c["name"]) == "write" and seen.outcome(turn_index, c["id"]) == "error"]
-            breakdown = {"consent": consent, "effect": 0.0 if rejected else 1.0}
-            reasons = ["acted on the user's explicit go-ahead" if consent == 1.0 else
-                       "acted on a go-ahead the agent never asked for" if consent else
-                       "changed something without the user's explicit go-ahead"]
-            if rejected:
-                reasons.append(f"the system rejected {', '.join(rejected)}")
-            values = [v for c in calls if seen.kind(c["name"]) == "write"
-                      for v in mentioned_values(_arguments_text(c["arguments"]))]
-            if values:
-                breakdown["grounding"], invented = seen.grounding.credit(values, turn_index)
-                if invented:
-                    reasons.append("writes values found nowhere in the conversation: " + ", ".join(
-                        v.split(":", 1)[1] for v in invented[:5]))
-                ids = [v for v in values if v.startswith("id:")]
-                if ids:
-                    # the records it changes should have been looked up: ids a tool returned, not only said
-                    breakdown["verified"], unverified = seen.looked_up.credit(ids, turn_index)
-                    if unverified:
-                        reasons.append("acts on ids no tool returned: " + ", ".join(
-                            v.split(":", 1)[1] for v in unverified[:5]))
-            return TurnGrade(score=sum(breakdown.values()) / len(breakdown), breakdown=breakdown,
-                             reason="; ".join(reasons))
-        if not text.strip() and not handoff_call:
+        user_facts = seen.facts(user) if user is not None else _NO_TEXT
+        if writes and facts.blank:
+            return self._grade_write(seen, turn_index, calls, user, user_facts)
+        if facts.blank and not handoff_call:
             if not calls:  # the agent's turn says nothing and does nothing: an empty reply
                 return TurnGrade(score=0.0, breakdown={"complete": 0.0}, reason="empty reply")
             return TurnGrade.not_applicable("no reply to the user and no hand-off in this turn")
 
-        checks: dict[str, float] = {}
+        reply = facts.reply if facts.reply is not None else self._read_reply(facts)
+        wants_human, corrects = user_facts.user if user_facts.user is not None else self._read_user(user_facts)
+        checks: dict[str, float] = {"safety": 0.0 if reply.unsafe else 1.0, "tone": reply.tone}
 
-        unsafe = self._phrases["unsafe"].findall(text, words) + self._abuse(text, words)
-        checks["safety"] = 0.0 if unsafe else 1.0
-
-        rude = self._phrases["rude"].findall(text, words)
-        checks["tone"] = 0.0 if rude else (1.0 if self._says(text, "polite", words) or not text.strip() else 0.75)
-
-        # A hand-off said in a statement, not asked about. Without a question the statements are the text: one
-        # search. (With one, a phrase may span a removed question's place, so the text must hold it too.)
-        escalated = handoff_call or (self._says(text, "escalates", words)
-                                     and ("?" not in text or self._says(_statements(text), "escalates")))
-        asked_for_human = self._says(user_text, "wants_human", user_words)
-        if asked_for_human:
+        # A hand-off said in a statement, not asked about.
+        escalated = handoff_call or reply.escalates
+        if wants_human:
             # the user asked for a person: hand off, or offer to
-            checks["escalation"] = 1.0 if escalated or self._says(text, "offers_handoff", words) else 0.0
+            checks["escalation"] = 1.0 if escalated or reply.offers_handoff else 0.0
         elif escalated:
             # Escalating without being asked is right only when the agent says it cannot handle the request.
             earlier_agent = " ".join(seen.text(i) for i, m in enumerate(messages[:turn_index])
@@ -182,20 +144,19 @@ class CustomerSupportReward(Reward):
             checks["escalation"] = 1.0 if self._says(text + " " + earlier_agent, "out_of_scope") else 0.0
 
         invented: list[str] = []
-        if text.strip():
-            checks["resolution"] = 0.0 if self._says(text, "unresolved", words) else 1.0
-            checks["claims"] = self._claims(seen, turn_index, text, words, writes)
-            values = mentioned_values(text, seen.cased(turn_index), words)
-            if values:
+        if not facts.blank:
+            checks["resolution"] = reply.resolution
+            checks["claims"] = self._claims(seen, turn_index, user, reply, writes)
+            if reply.values:
                 # Facts (amounts, dates, ids, names) must come from the user, a tool result or the system prompt.
-                checks["grounding"], invented = seen.grounding.credit(values, turn_index)
-            shape = seen.shape(turn_index)
+                checks["grounding"], invented = seen.grounding.credit(reply.values, turn_index)
+            shape = reply.shape
             checks["word_order"] = shape.word_order
             checks["repetition"] = shape.repetition
             checks["vocabulary"] = shape.vocabulary
             checks["complete"] = shape.complete
 
-        if self._says(user_text, "correction", user_words):
+        if corrects:
             checks["on_track"] = 0.0  # the user had to correct the agent: the conversation went off track
         elif seen.repeats_earlier_reply(turn_index):
             checks["on_track"] = 0.0  # saying again what was already said: the conversation is going in circles
@@ -206,7 +167,79 @@ class CustomerSupportReward(Reward):
         fluency = checks.get("word_order", 1.0) * checks.get("repetition", 1.0) * checks.get("vocabulary", 1.0)
         score = checks["safety"] * checks.get("claims", 1.0) * fluency * (sum(quality) / len(quality))
         return TurnGrade(score=score, breakdown=checks,
-                         reason=self._reason(checks, unsafe, rude, asked_for_human, invented))
+                         reason=self._reason(checks, reply.unsafe, reply.rude, wants_human, invented))
+
+    def _grade_write(self, seen: "_Seen", turn_index: int, calls: list[dict[str, Any]], user: int | None,
+                     user_facts: "_Text") -> TurnGrade:
+        """A state-changing action needs the user's explicit go-ahead in their latest message, given to a question
+        the agent asked (it states what it will do and asks; a yes to nothing is half a go-ahead). It should be one
+        the system accepts: a write the tool rejected was an attempt to change something that cannot change. And
+        what it writes must come from the conversation: an id, amount or date in the arguments that no one said and
+        no tool returned is invented."""
+        consent = 0.0
+        if self._user_affirmed(user_facts.text, user_facts.words):
+            consent = 1.0 if seen.asked_before(user) else 0.5
+        rejected = [c["name"] for c in calls
+                    if seen.kind(c["name"]) == "write" and seen.outcome(turn_index, c["id"]) == "error"]
+        breakdown = {"consent": consent, "effect": 0.0 if rejected else 1.0}
+        reasons = ["acted on the user's explicit go-ahead" if consent == 1.0 else
+                   "acted on a go-ahead the agent never asked for" if consent else
+                   "changed something without the user's explicit go-ahead"]
+        if rejected:
+            reasons.append(f"the system rejected {', '.join(rejected)}")
+        values = [v for c in calls if seen.kind(c["name"]) == "write"
+                  for v in mentioned_values(_arguments_text(c["arguments"]))]
+        if values:
+            breakdown["grounding"], invented = seen.grounding.credit(values, turn_index)
+            if invented:
+                reasons.append("writes values found nowhere in the conversation: " + ", ".join(
+                    v.split(":", 1)[1] for v in invented[:5]))
+            ids = [v for v in values if v.startswith("id:")]
+            if ids:
+                # the records it changes should have been looked up: ids a tool returned, not only said
+                breakdown["verified"], unverified = seen.looked_up.credit(ids, turn_index)
+                if unverified:
+                    reasons.append("acts on ids no tool returned: " + ", ".join(
+                        v.split(":", 1)[1] for v in unverified[:5]))
+        return TurnGrade(score=sum(breakdown.values()) / len(breakdown), breakdown=breakdown,
+                         reason="; ".join(reasons))
+
+    def _read_reply(self, facts: "_Text") -> "_Reply":
+        """What a reply's text alone decides (safety, tone, the hand-off said, resolution, the actions it claims or
+        promises, its values, its fluency): read once per distinct text and kept with it."""
+        if facts.words is None:
+            facts.tokenise()
+        text, words = facts.text, facts.words
+        reply = facts.reply = _Reply()
+        reply.unsafe = self._phrases["unsafe"].findall(text, words) + self._abuse(text, words)
+        reply.rude = rude = self._phrases["rude"].findall(text, words)
+        reply.tone = 0.0 if rude else (1.0 if self._says(text, "polite", words) or facts.blank else 0.75)
+        # Without a question the statements are the text: one search. (With one, a phrase may span a removed
+        # question's place, so the text must hold it too.)
+        reply.escalates = self._says(text, "escalates", words) and (
+            "?" not in text or self._says(_statements(text), "escalates"))
+        reply.offers_handoff = self._says(text, "offers_handoff", words)
+        reply.resolution = 0.0 if self._says(text, "unresolved", words) else 1.0
+        reply.claimed = None
+        if (not words.isdisjoint(_CHANGED_WORDS) and _CLAIMED_ACTION.search(text)) \
+                or self._says(text, "resolved", words):
+            statements = _statements(text)  # only now: removing the questions costs more than the search
+            claimed = [next(filter(None, m.groups())) for m in _CLAIMED_ACTION.finditer(statements)]
+            if claimed or self._says(statements, "resolved"):
+                reply.claimed = tuple(frozenset(_verb_of(v)) for v in claimed)
+        reply.promises = bool("?" not in text and not words.isdisjoint(_ACT_WORDS) and _PROMISED_ACTION.search(text))
+        reply.values = mentioned_values(text, facts.cased, words)
+        # the distinct trigrams count only from 8 tokens on (`_language._repetition`): fewer need no set of them
+        distinct = len(facts.shingles) if len(facts.lowered) >= 8 else 0
+        reply.shape = TextShape(text, facts.cased, facts.lowered, distinct)
+        return reply
+
+    def _read_user(self, facts: "_Text") -> tuple[bool, bool]:
+        """(asks for a person, corrects the agent): what a user's message alone decides, kept with its text. The
+        phrase screens test substrings when the text was never tokenised (the regex decides either way)."""
+        facts.user = (self._says(facts.text, "wants_human", facts.words),
+                      self._says(facts.text, "correction", facts.words))
+        return facts.user
 
     def _abuse(self, text: str, words: frozenset[str]) -> list[str]:
         """Insults, slurs, and a sentence naming a group of people together with something derogatory."""
@@ -221,36 +254,22 @@ class CustomerSupportReward(Reward):
                             found.append(f"{named[0]} ... {said[0]}")
         return found
 
-    def _claims(self, seen: "_Seen", turn_index: int, text: str, words: frozenset[str], writes: bool) -> float:
+    @staticmethod
+    def _claims(seen: "_Seen", turn_index: int, user: int | None, reply: "_Reply", writes: bool) -> float:
         """1 unless the reply says it did something no call did (0): a completed change ("I've cancelled", "has
         been refunded", "successfully") with no successful write since the user's latest message, unless an earlier
         successful write's verb is the one claimed ("cancelled" after cancel_reservation: the act happened). A
         promise to act now ("I'll cancel it") in a reply that neither acts nor asks anything: 0.5."""
         if writes:
             return 1.0
-        if (not words.isdisjoint(_CHANGED_WORDS) and _CLAIMED_ACTION.search(text)) \
-                or self._says(text, "resolved", words):
-            statements = _statements(text)  # only now: removing the questions costs more than the search
-            claimed = [next(filter(None, m.groups())) for m in _CLAIMED_ACTION.finditer(statements)]
-            if claimed or self._says(statements, "resolved"):
-                user = seen.last_user(turn_index)
-                since = -1 if user is None else user
-                if not seen.wrote_between(since, turn_index):
-                    done = seen.verbs_written_before(turn_index)
-                    if not claimed or not all(_verb_of(v) & done for v in claimed):
-                        return 0.0
-        if "?" not in text and not words.isdisjoint(_ACT_WORDS) and _PROMISED_ACTION.search(text):
-            return 0.5
-        return 1.0
-        if not seen.wrote_before(turn_index):
-            claims = not words.isdisjoint(_CHANGED_WORDS) and _CLAIMED_ACTION.search(text)
-            if claims or self._says(text, "resolved", words):
-                statements = _statements(text)
-                if _CLAIMED_ACTION.search(statements) or self._says(statements, "resolved"):
+        claimed = reply.claimed
+        if claimed is not None:
+            since = -1 if user is None else user
+            if not seen.wrote_between(since, turn_index):
+                done = seen.verbs_written_before(turn_index)
+                if not claimed or not all(not verbs.isdisjoint(done) for verbs in claimed):
                     return 0.0
-        if "?" not in text and not words.isdisjoint(_ACT_WORDS) and _PROMISED_ACTION.search(text):
-            return 0.5
-        return 1.0
+        return 0.5 if reply.promises else 1.0
 
     def _user_affirmed(self, user_text: str, words: frozenset[str] | None = None) -> bool:
         return affirmed(user_text, self._phrases["affirm"], self._phrases["negate"], words)
@@ -285,28 +304,71 @@ class CustomerSupportReward(Reward):
         return "polite, on track, nothing left unresolved"
 
 
+class _Reply:
+    """What an assistant text alone decides (`CustomerSupportReward._read_reply`)."""
+
+    __slots__ = ("unsafe", "rude", "tone", "escalates", "offers_handoff", "resolution", "claimed", "promises",
+                 "values", "shape")
+
+
+class _Text:
+    """One message text and, once read, what the reward decides from the text alone (its tokens, from
+    `_language.tokenise`, only for a reply). Kept per distinct text, so a reply said in many conversations ("You're
+    welcome!") is read once."""
+
+    __slots__ = ("text", "blank", "cased", "lowered", "words", "_shingles", "reply", "user")
+
+    def __init__(self, text: str):
+        self.text = text
+        self.blank = not text.strip()
+        self.words: frozenset[str] | None = None  # tokenised only when read as a reply
+        self._shingles: frozenset | None = None
+        self.reply: _Reply | None = None
+        self.user: tuple[bool, bool] | None = None
+
+    def tokenise(self) -> None:
+        self.cased, self.lowered = tokenise(self.text)
+        self.words = frozenset(self.lowered)
+
+    @property
+    def shingles(self) -> frozenset:
+        """The distinct lower-cased token trigrams (the repeated-reply check and the repetition score read them)."""
+        if self._shingles is None:
+            if self.words is None:
+                self.tokenise()
+            lowered = self.lowered
+            self._shingles = frozenset(zip(lowered, lowered[1:], lowered[2:]))
+        return self._shingles
+
+
+_NO_TEXT = _Text("")
+_NO_TEXT.user = (False, False)  # no user message: nothing asked, nothing corrected
+#: Distinct texts kept per reward (then the store starts afresh), and the longest text kept: the store is for the
+#: short replies said again and again; a long one rarely repeats and costs the most memory.
+TEXT_STORE_SIZE = 2048
+TEXT_STORE_MAX_CHARS = 1000
+
+
 class _Seen:
     """One conversation's messages with what grading reads from them (texts, tool calls, tool kinds, call
     outcomes), each derived on first use and kept for the conversation's other turns."""
 
-    __slots__ = ("messages", "declared", "_texts", "_words", "_token_lists", "_calls", "_kinds", "_outcomes",
-                 "_trigrams", "_shapes", "_grounding", "_looked_up", "_first_write", "_cased")
+    __slots__ = ("messages", "declared", "_store", "_texts", "_facts", "_calls", "_kinds", "_outcomes",
+                 "_grounding", "_looked_up", "_first_write", "_assistant")
 
-    def __init__(self, conversation: Mapping[str, Any]):
+    def __init__(self, conversation: Mapping[str, Any], store: dict[str, _Text] | None = None):
         self.messages = conversation["messages"]
         self.declared = declared_tools(conversation)
+        self._store = {} if store is None else store
         self._texts: dict[int, str] = {}
+        self._facts: dict[int, _Text] = {}
         self._calls: dict[int, list[dict[str, Any]]] = {}
         self._kinds: dict[Any, str] = {}
         self._outcomes: dict[tuple[int, Any], str] = {}
-        self._trigrams: dict[int, frozenset] = {}
-        self._words: dict[int, frozenset[str]] = {}
-        self._token_lists: dict[int, list[str]] = {}
-        self._cased: dict[int, list[str]] = {}
-        self._shapes: dict[int, TextShape] = {}
         self._grounding: GroundingIndex | None = None
         self._looked_up: GroundingIndex | None = None
         self._first_write: list[tuple[int, str]] | None = None
+        self._assistant: list[int] | None = None
 
     @property
     def grounding(self) -> GroundingIndex:
@@ -320,13 +382,6 @@ class _Seen:
         if self._looked_up is None:
             self._looked_up = GroundingIndex(self.messages, roles=("tool",))
         return self._looked_up
-
-    def shape(self, index: int) -> TextShape:
-        shape = self._shapes.get(index)
-        if shape is None:
-            shape = self._shapes[index] = TextShape(self.text(index), self.cased(index), self._tokens(index),
-                                                    len(self._shingles(index)))
-        return shape
 
     def _writes(self) -> list[tuple[int, str]]:
         """(turn index, tool verb) of each state-changing call that succeeded, in order; derived once."""
@@ -350,26 +405,20 @@ class _Seen:
             text = self._texts[index] = message_text(self.messages[index])
         return text
 
-    def _tokens(self, index: int) -> list[str]:
-        """The message's lower-cased tokens (words, numbers, separating punctuation: `_language.tokenise`)."""
-        tokens = self._token_lists.get(index)
-        if tokens is None:
-            self._cased[index], tokens = tokenise(self.text(index))
-            self._token_lists[index] = tokens
-        return tokens
-
-    def cased(self, index: int) -> list[str]:
-        """The same tokens in their own case."""
-        if index not in self._cased:
-            self._tokens(index)
-        return self._cased[index]
-
-    def words(self, index: int) -> frozenset[str]:
-        """The message's word tokens as a set: what the phrase screens read."""
-        words = self._words.get(index)
-        if words is None:
-            words = self._words[index] = frozenset(self._tokens(index))
-        return words
+    def facts(self, index: int) -> _Text:
+        """The message's text with its tokens, from the reward's store of texts when it was seen before."""
+        facts = self._facts.get(index)
+        if facts is None:
+            text = self.text(index)
+            facts = self._store.get(text)
+            if facts is None:
+                facts = _Text(text)
+                if len(text) <= TEXT_STORE_MAX_CHARS:
+                    if len(self._store) >= TEXT_STORE_SIZE:
+                        self._store.clear()
+                    self._store[text] = facts
+            self._facts[index] = facts
+        return facts
 
     def calls(self, index: int) -> list[dict[str, Any]]:
         calls = self._calls.get(index)
@@ -395,32 +444,30 @@ class _Seen:
 
     def repeats_earlier_reply(self, index: int) -> bool:
         """Is this reply mostly (by word trigrams) an earlier reply of the agent's said again?"""
-        mine = self._shingles(index)
+        if self._assistant is None:
+            self._assistant = [i for i, m in enumerate(self.messages) if m.get("role") == "assistant"]
+        if not self._assistant or self._assistant[0] >= index:
+            return False  # no earlier reply to repeat
+        mine = self.facts(index).shingles
         if not mine:
             return False
         mine_size = len(mine)
-        for earlier in range(index):
-            if self.messages[earlier].get("role") == "assistant":
-                theirs = self._shingles(earlier)
-                if not theirs:
-                    continue
-                # Jaccard |mine & theirs| / |mine | theirs| >= REPEAT_OVERLAP, with the union's size from the sizes.
-                # The overlap is at most the smaller set and the union at least the larger: a smaller set under
-                # REPEAT_OVERLAP times the larger settles "no" without the intersection.
-                small, large = (mine_size, len(theirs)) if mine_size <= len(theirs) else (len(theirs), mine_size)
-                if small < REPEAT_OVERLAP * large:
-                    continue
-                overlap = len(mine & theirs)
-                if overlap >= REPEAT_OVERLAP * (mine_size + len(theirs) - overlap):
-                    return True
+        for earlier in self._assistant:
+            if earlier >= index:
+                break
+            theirs = self.facts(earlier).shingles
+            if not theirs:
+                continue
+            # Jaccard |mine & theirs| / |mine | theirs| >= REPEAT_OVERLAP, with the union's size from the sizes.
+            # The overlap is at most the smaller set and the union at least the larger: a smaller set under
+            # REPEAT_OVERLAP times the larger settles "no" without the intersection.
+            small, large = (mine_size, len(theirs)) if mine_size <= len(theirs) else (len(theirs), mine_size)
+            if small < REPEAT_OVERLAP * large:
+                continue
+            overlap = len(mine & theirs)
+            if overlap >= REPEAT_OVERLAP * (mine_size + len(theirs) - overlap):
+                return True
         return False
-
-    def _shingles(self, index: int) -> frozenset:
-        shingles = self._trigrams.get(index)
-        if shingles is None:
-            words = self._tokens(index)
-            shingles = self._trigrams[index] = frozenset(zip(words, words[1:], words[2:]))
-        return shingles
 
     def asked_before(self, index: int | None) -> bool:
         """Did the agent's latest reply before message `index` ask the user something?"""
