@@ -3,7 +3,8 @@
 The code knows no domain. The policy file names the tools that write or hand off, the facts (expressions over tool
 results, tool arguments and what the user said) and the rules (on a `decision`, `when` a condition holds,
 `require` a condition). Each assistant turn is judged with its prefix as context: every rule triggered by a decision
-in the turn is kept or broken, and the score is the kept share (by weight). The language: docs/policy-language.md.
+in the turn is kept or broken, and the policy's `scoring` makes the turn's score of them (the kept share, all kept,
+or halved per breach). The language: docs/policy-language.md.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from stateset_agents.errors import InputError
 from ._text import (affirmed, has_phrase, is_error_data, is_error_result, message_text, parse_arguments,
                     parse_json_maybe, phrases, tool_calls, tool_result_index, word_tokens)
 from ._tools import declared_tools
-from .policy_language import UNKNOWN, Evaluator, flatten, load_policy, matches, pattern
+from .policy_language import UNKNOWN, Evaluator, fits_schema, flatten, load_policy, matches, pattern
 
 
 class NSRReward(Reward):
@@ -257,7 +258,7 @@ class _Conversation:
         declaration = self._declared.get(name)
         if declaration is None or not isinstance(arguments, Mapping):
             return False
-        return _fits_schema(declaration.get("parameters") or {"type": "object"}, arguments)
+        return fits_schema(declaration.get("parameters") or {"type": "object"}, arguments)
 
     def says(self, index: int, words: tuple[str, ...]) -> bool:
         """Does message `index` contain one of the phrases (word-bounded, case-insensitive)? `Phrases.search`,
@@ -535,55 +536,6 @@ class _Context:
                 if isinstance(record, Mapping):
                     records.append({**arguments, **record})
         return records
-
-
-_JSON_TYPES: dict[str, type | tuple[type, ...]] = {"object": Mapping, "array": list, "string": str,
-                                                  "boolean": bool, "number": (int, float), "integer": (int, float)}
-
-
-def _is_json_type(value: Any, kind: Any) -> bool:
-    if kind == "null":
-        return value is None
-    python = _JSON_TYPES.get(kind)
-    if python is None:  # a type this check does not know: not its to refuse
-        return True
-    if kind in ("number", "integer") and isinstance(value, bool):  # JSON's true is no number
-        return False
-    return isinstance(value, python) and (kind != "integer" or isinstance(value, int) or value.is_integer())
-
-
-def _fits_schema(schema: Any, value: Any) -> bool:
-    """Does `value` fit a tool's JSON schema in what a call's shape depends on: `type`, `enum`, `required`,
-    `properties`, `additionalProperties` and `items`, at any depth (other keywords are not checked)? A few
-    dictionary lookups per argument, where a full validator costs hundreds of calls per tool call."""
-    if not isinstance(schema, Mapping):
-        return True
-    kind = schema.get("type")
-    if kind is not None:
-        if isinstance(kind, list):
-            if not any(_is_json_type(value, k) for k in kind):
-                return False
-        elif not _is_json_type(value, kind):
-            return False
-    if "enum" in schema and value not in schema["enum"]:
-        return False
-    if isinstance(value, Mapping):
-        properties = schema.get("properties") or {}
-        for key in schema.get("required") or ():
-            if key not in value:
-                return False
-        extra = schema.get("additionalProperties", True)
-        for key, item in value.items():
-            inner = properties.get(key, extra)
-            if inner is False or not _fits_schema(inner, item):
-                return False
-    elif isinstance(value, list):
-        items = schema.get("items")
-        if isinstance(items, Mapping):
-            for item in value:
-                if not _fits_schema(items, item):
-                    return False
-    return True
 
 
 _ONE_WORD = re.compile(r"\w+")

@@ -148,6 +148,55 @@ def _like(value: Any, regex: Any) -> bool:
     return isinstance(value, str) and pattern(regex).fullmatch(value) is not None
 
 
+_JSON_TYPES: dict[str, type | tuple[type, ...]] = {"object": Mapping, "array": list, "string": str,
+                                                  "boolean": bool, "number": (int, float), "integer": (int, float)}
+
+
+def _is_json_type(value: Any, kind: Any) -> bool:
+    if kind == "null":
+        return value is None
+    python = _JSON_TYPES.get(kind)
+    if python is None:  # a type this check does not know: not its to refuse
+        return True
+    if kind in ("number", "integer") and isinstance(value, bool):  # JSON's true is no number
+        return False
+    return isinstance(value, python) and (kind != "integer" or isinstance(value, int) or value.is_integer())
+
+
+def fits_schema(schema: Any, value: Any) -> bool:
+    """Does `value` fit a tool's JSON schema in what a call's shape depends on: `type`, `enum`, `required`,
+    `properties`, `additionalProperties` and `items`, at any depth (other keywords are not checked)? A few
+    dictionary lookups per argument, where a full validator costs hundreds of calls per tool call."""
+    if not isinstance(schema, Mapping):
+        return True
+    kind = schema.get("type")
+    if kind is not None:
+        if isinstance(kind, list):
+            if not any(_is_json_type(value, k) for k in kind):
+                return False
+        elif not _is_json_type(value, kind):
+            return False
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    if isinstance(value, Mapping):
+        properties = schema.get("properties") or {}
+        for key in schema.get("required") or ():
+            if key not in value:
+                return False
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            inner = properties.get(key, extra)
+            if inner is False or not fits_schema(inner, item):
+                return False
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            for item in value:
+                if not fits_schema(items, item):
+                    return False
+    return True
+
+
 def _kleene_all(values: Any) -> Any:
     """All true: false if any is false, else UNKNOWN if any is unknown, else true (also for an empty list)."""
     values = list(values)
