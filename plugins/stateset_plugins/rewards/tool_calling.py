@@ -64,13 +64,16 @@ def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None
 
 
 _DIGIT = re.compile(r"\d")  # what Fraction's parser requires somewhere in a number
+_NUMERIC_CHARS = "0123456789+-./e_ "  # every ASCII character int() or Fraction() accepts in a casefolded number
 
 
 def _normalise_text(value: str) -> Any:
     """`normalise` of a string: a number when it reads as one ("250" == 250), else its words, casefolded."""
     words = value.split()
     text = " ".join(words).casefold()  # casefolding never adds or removes whitespace: `words` still counts them
-    if _DIGIT.search(text) is not None:  # no number is written without a digit: skip the costly attempt
+    # No number is written without a digit, nor (in ASCII) with a character outside these: skip the costly attempt
+    # ("nw-100004" raised twice before it was known not to be a number).
+    if _DIGIT.search(text) is not None and (not text.strip(_NUMERIC_CHARS) or not text.isascii()):
         if "_" not in text:  # int() reads "1_000"; Fraction, the reference here, does not
             try:
                 return int(text)  # "250" == 250: logged arguments often quote numbers
