@@ -158,15 +158,16 @@ class _Conversation:
     at once (nearly every one is read, most are plain strings), the rest on first use."""
 
     __slots__ = ("messages", "tools", "by_role", "texts", "_calls", "_results", "_holding", "_spoken", "_successful",
-                 "_declared", "confirmations", "_first", "_tokens")
+                 "_declared", "confirmations", "_first", "_tokens", "_lower")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]], tools: Any = None):
         self.messages = messages
         self.tools = tools
         self._declared: dict[str, Mapping[str, Any]] | None = None
-        self.confirmations: dict[int, bool] = {}
-        self._first: dict[tuple[str, str], float] = {}
-        self._tokens: dict[int, frozenset[str]] = {}  # user message index -> does it say yes (`user_confirmed`)
+        self.confirmations: dict[int, bool] = {}  # user message index -> does it say yes (`user_confirmed`)
+        self._first: dict[tuple[str, str], float] = {}  # (role, value) -> the first message holding it
+        self._tokens: dict[int, frozenset[str]] = {}  # message index -> its word tokens
+        self._lower: dict[int, str | None] = {}  # message index -> its text lower-cased
         self.by_role: dict[str, list[int]] = {"user": [], "assistant": [], "tool": []}
         self.texts: list[str] = []  # message_text of each message
         for index, message in enumerate(messages):
@@ -216,22 +217,32 @@ class _Conversation:
 
     def first_holding(self, role: str, value: str) -> float:
         """The index of the first message of `role` that holds `value` word-bounded (as `says` would find it),
-        else infinity. A single ASCII word (an id, a code) is looked up in each message's word tokens, found once
-        per message, instead of a regex search of every message for every value."""
+        else infinity. For a value without spaces, a message whose lower-cased text lacks it is passed over
+        without a regex search (most values, ids and codes, appear in few messages)."""
         key = (role, value)
         found = self._first.get(key)
         if found is None:
-            if value.isascii() and _ONE_WORD.fullmatch(value):
-                wanted, texts, found = value.lower(), self.texts, _NEVER
-                for i in self.by_role[role]:
-                    if wanted in self.tokens(i) if texts[i].isascii() else self.says(i, (value,)):
-                        found = i
-                        break
-            else:
-                holding = self.holding(role, (value,))
-                found = holding[0] if holding else _NEVER
+            search, found = _matcher((value,))[0], _NEVER
+            wanted = value.lower() if value.isascii() and not _SPACE.search(value) else None
+            for i in self.by_role[role] if search is not None else ():
+                if wanted is not None:
+                    lowered = self._lowered(i)
+                    if lowered is not None and wanted not in lowered:
+                        continue
+                if search(self.texts[i]) is not None:
+                    found = i
+                    break
             self._first[key] = found
         return found
+
+    def _lowered(self, index: int) -> str | None:
+        """Message `index` lower-cased, once (None for a text with non-ASCII characters: `lower` is no case fold)."""
+        try:
+            return self._lower[index]
+        except KeyError:
+            text = self.texts[index]
+            lowered = self._lower[index] = text.lower() if text.isascii() else None
+            return lowered
 
     def tokens(self, index: int) -> frozenset[str]:
         """The lower-cased word tokens of message `index`, found once."""
@@ -538,7 +549,7 @@ class _Context:
         return records
 
 
-_ONE_WORD = re.compile(r"\w+")
+_SPACE = re.compile(r"\s")
 _NEVER = float("inf")
 
 
