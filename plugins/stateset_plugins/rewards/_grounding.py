@@ -194,13 +194,29 @@ _FRACTION = re.compile(r"\.\d+")
 
 
 @lru_cache(maxsize=4096)
+def _number(body: str) -> int | Fraction:
+    """A canonical number's body as an exact value: an int when it is whole (ints and Fractions compare and hash
+    alike, and int arithmetic is many times faster)."""
+    if body.isascii() and body.isdigit():
+        return int(body)
+    number = Fraction(body)
+    return int(number) if number.denominator == 1 else number
+
+
 def _forms(value: str) -> list[tuple[str, bool | str]]:
     """The ways a canonical value may be written in a (lower-cased) context: (text, True for a number, or "tail"
     for one that may follow other digits)."""
+    if value[1:2] != ":" or value[0] not in "ndt":  # an id or a name: written as it is (and rarely seen twice)
+        return [(value.partition(":")[2], False)]
+    return _spelled(value)
+
+
+@lru_cache(maxsize=4096)
+def _spelled(value: str) -> list[tuple[str, bool | str]]:
     kind, _, body = value.partition(":")
     if kind == "n":
-        number = Fraction(body)
-        if number.denominator == 1:
+        number = _number(body)
+        if type(number) is int:
             whole = int(number)
             forms = [(str(whole), True)]
             if abs(whole) >= 1000:
@@ -313,19 +329,34 @@ class GroundingIndex:
         total = float(len(grounded))
         invented = []
         if len(grounded) < len(distinct):
-            known = {Fraction(v[2:]) for v in grounded if v.startswith("n:")}
+            known = {_number(v[2:]) for v in grounded if v.startswith("n:")}
+            grounded_set = set(grounded)
             for value in distinct:
-                if value not in grounded:
-                    if value.startswith("n:") and derived(Fraction(value[2:]), known):
+                if value not in grounded_set:
+                    if value.startswith("n:") and derived(_number(value[2:]), known):
                         total += 0.5
                     else:
                         invented.append(value)
         return total / len(distinct), invented
 
 
-def derived(number: Fraction, known: set[Fraction]) -> bool:
+def derived(number: Fraction | int, known: set[Fraction] | set[int]) -> bool:
     """Is a number the reply states worked out from grounded numbers it also states: a sum or difference of two,
-    or 2-9 times one ("2 bags at $50: $100")?"""
-    if any(number / k in known for k in range(2, 10)):
+    or 2-9 times one ("2 bags at $50: $100")? Exact arithmetic throughout (whole numbers as ints: faster)."""
+    if not known:
+        return False
+    if type(number) is int:
+        # number / k, exactly: an int when k divides it, else the Fraction (which only a non-whole known can equal)
+        fractional = None
+        for k in range(2, 10):
+            if number % k == 0:
+                if number // k in known:
+                    return True
+            else:
+                if fractional is None:
+                    fractional = any(type(v) is not int for v in known)
+                if fractional and Fraction(number, k) in known:
+                    return True
+    elif any(number / k in known for k in range(2, 10)):
         return True
     return any((number - v) in known or (v - number) in known for v in known)
