@@ -73,7 +73,8 @@ class NSRReward(Reward):
         turn or refusal can, on its kind (a refusal's `mentions` still read its text), so the candidates are kept."""
         kind = decision["kind"]
         # a turn's candidates depend on whether it says something (`reply` rules judge only turns with text)
-        key = decision["call"] if kind == "call" else f"\0{kind}{decision['turn']['has_text'] if kind == 'turn' else ''}"
+        key = (decision["call"] if kind == "call"
+               else f"\0{kind}{decision['turn']['has_text'] if kind == 'turn' else ''}")
         rules = self._rules_by_call.get(key)
         if rules is None:
             rules = self._rules_by_call[key] = [r for r in self.policy["rules"]
@@ -390,7 +391,8 @@ class _Context:
                 facts[name] = self._evaluator.evaluate(self.policy["facts"][name])
             return facts[name]
         raise InputError(f"policy expression uses {name!r}, which is neither a fact, a constant nor a built-in "
-                         "name (args, call, turn, user_confirmed, call_failed, call_repeated, call_fits_declaration)", field="policy")
+                         "name (args, call, turn, user_confirmed, call_failed, call_repeated, call_fits_declaration)",
+                         field="policy")
 
     def _functions(self) -> Mapping[str, Callable[..., Any]]:
         """The context's functions (with the built-in ones, once per context: per thread); those about "this turn"
@@ -471,8 +473,8 @@ class _Context:
         start = -1 if last_user is None else last_user
         if succeeded:
             made = self.seen.successful_calls()
-            return sum(1 for index, name, _, _ in made[bisect_left(made, (start,)):bisect_left(made, (self.turn_index,))]
-                       if tools is None or name in tools)
+            since = made[bisect_left(made, (start,)):bisect_left(made, (self.turn_index,))]
+            return sum(1 for _, name, _, _ in since if tools is None or name in tools)
         assistants = self.seen.by_role["assistant"]
         return sum(1 for index in assistants[bisect_left(assistants, start):bisect_left(assistants, self.turn_index)]
                    for call, _ in self.seen.calls(index) if tools is None or call["name"] in tools)
