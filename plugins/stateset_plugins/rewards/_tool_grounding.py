@@ -11,6 +11,8 @@ import re
 from fractions import Fraction
 from typing import Any, Callable, Mapping, Sequence
 
+import orjson
+
 from ._text import (AFFIRM, NEGATE, Phrases, affirmed, is_error_result, message_text, parse_arguments, phrases,
                     tool_calls, tool_result)
 
@@ -149,6 +151,12 @@ def claims_change(text: str, acting: bool = False) -> bool:
 
 def enum_values(schema: Any) -> frozenset[str]:
     """Every string a schema declares in an `enum` (anywhere in it), lower-cased: options, not facts."""
+    if type(schema) is dict:
+        try:  # most schemas have no enum at all: their JSON text, written in C, shows that faster than a walk
+            if b'"enum":' not in orjson.dumps(schema):  # only a key is written as `"enum":`
+                return frozenset()
+        except TypeError:  # not JSON (a set, a non-string key, a huge int): walk it
+            pass
     found: set[str] = set()
     stack = [schema]
     while stack:
@@ -264,6 +272,16 @@ def _found(needle: str, hay: str, end: int) -> bool:
         start = at + 1
 
 
+class _Corpus:
+    """One kind of grounding text so far: `text`, and `ends[i]`, its length before message i (i < len(ends))."""
+
+    __slots__ = ("text", "ends", "pending")
+
+    def __init__(self) -> None:
+        self.text, self.ends = "", [0]
+        self.pending = -1  # "endorsed": the agent's last text, waiting for the user's next message
+
+
 class ConversationFacts:
     """One conversation's messages as the tool checks read them, each derived once and only when asked."""
 
@@ -277,7 +295,7 @@ class ConversationFacts:
         self._calls: dict[int, list[dict[str, Any]]] = {}
         self._outcomes: dict[tuple[int, Any], str] = {}
         self._affirmed: dict[int, bool] = {}
-        self._corpora: dict[str, tuple[str, list[int]]] = {}
+        self._corpora: dict[str, _Corpus] = {}
         self._grounded: dict[tuple[Any, int], bool] = {}
         self._by_name: dict[str, list[tuple[int, dict[str, Any]]]] | None = None
         self._canonicals: dict[int, str] = {}
@@ -317,60 +335,59 @@ class ConversationFacts:
         return said
 
     # -------------------------------------------------------------------------------------------- grounding
-    def _build(self, sources: str) -> tuple[str, list[int]]:
-        """Grounding text in one lower-cased string, in the order it became available, and for each message index
-        the length of the part available before it. "all": what the user said and what tools returned; "people":
-        what the user said; "endorsed": what the agent proposed and the user then said yes to."""
-        pieces: list[tuple[int, str]] = []
-        pending = -1  # the agent's last text, waiting for the user's next message
-        for index, role in enumerate(self.roles):
-            if sources != "endorsed":
-                if role == "user":
-                    pieces.append((index, " ".join(self.text(index).split()).lower()))
-                elif role == "tool" and sources == "all":
-                    pieces.append((index, self.text(index).lower()))
-                continue
-            if role == "assistant" and self.text(index).strip():
-                pending = index
-            elif role == "user":
-                if pending >= 0 and self.user_affirmed(index):
-                    pieces.append((index, " ".join(self.text(pending).split()).lower()))
-                pending = -1
-        ends = [0] * (len(self.messages) + 1)
-        parts: list[str] = []
-        length, cursor = 0, 0
-        for index, text in pieces:
-            while cursor <= index:
-                ends[cursor] = length
-                cursor += 1
-            parts.append(text)
-            length += len(text) + 1
-        for rest in range(cursor, len(ends)):
-            ends[rest] = length
-        return "\n".join(parts) + "\n", ends
-
-    def _corpus(self, sources: str) -> tuple[str, list[int]]:
+    def _corpus(self, sources: str, before: int) -> tuple[str, int]:
+        """(grounding text, the length of it available before message `before`): one lower-cased string per kind
+        of source, in the order it became available, built only as far as a call asks and extended as turns
+        advance. "all": what the user said and what tools returned; "people": what the user said; "endorsed":
+        what the agent proposed and the user then said yes to."""
         corpus = self._corpora.get(sources)
         if corpus is None:
-            corpus = self._corpora[sources] = self._build(sources)
-        return corpus
+            corpus = self._corpora[sources] = _Corpus()
+        if before >= len(corpus.ends):
+            self._extend(sources, corpus, before)
+        return corpus.text, corpus.ends[before]
+
+    def _extend(self, sources: str, corpus: "_Corpus", before: int) -> None:
+        roles = self.roles
+        pieces = []
+        length = len(corpus.text)
+        for index in range(len(corpus.ends) - 1, before):
+            role = roles[index]
+            piece = None
+            if sources != "endorsed":
+                if role == "user":
+                    piece = " ".join(self.text(index).split()).lower()
+                elif role == "tool" and sources == "all":
+                    piece = self.text(index).lower()
+            elif role == "assistant" and self.text(index).strip():
+                corpus.pending = index
+            elif role == "user":
+                if corpus.pending >= 0 and self.user_affirmed(index):
+                    piece = " ".join(self.text(corpus.pending).split()).lower()
+                corpus.pending = -1
+            if piece is not None:
+                pieces.append(piece)
+                length += len(piece) + 1
+            corpus.ends.append(length)
+        if pieces:
+            corpus.text += "\n".join(pieces) + "\n"
 
     def grounded(self, value: Any, before: int) -> bool:
         """Is the value written in what the user said or a tool returned before message `before` (or, failing
         that, in an agent proposal the user said yes to)?"""
-        corpus, ends = self._corpus("all")
-        key = (value, ends[before])
+        corpus, end = self._corpus("all", before)
+        key = (value, end)
         known = self._grounded.get(key)
         if known is not None:
             return known
         data_forms, people_forms = spellings(value)
-        found = any(_found(form, corpus, ends[before]) for form in data_forms)
+        found = any(_found(form, corpus, end) for form in data_forms)
         if not found and people_forms:
-            people, people_ends = self._corpus("people")
-            found = any(_found(form, people, people_ends[before]) for form in people_forms)
+            people, people_end = self._corpus("people", before)
+            found = any(_found(form, people, people_end) for form in people_forms)
         if not found:
-            endorsed, endorsed_ends = self._corpus("endorsed")
-            found = any(_found(form, endorsed, endorsed_ends[before]) for form in data_forms + people_forms)
+            endorsed, endorsed_end = self._corpus("endorsed", before)
+            found = any(_found(form, endorsed, endorsed_end) for form in data_forms + people_forms)
         self._grounded[key] = found
         return found
 
