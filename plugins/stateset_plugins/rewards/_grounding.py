@@ -61,8 +61,14 @@ def _number_key(text: str) -> str | None:
     if text.isdigit():
         value: int | Fraction = int(text)
     else:
+        whole, dot, decimals = text.partition(".")
         try:
-            value = Fraction(text)
+            if dot and whole.isdecimal() and decimals.isdecimal():
+                # "12.50": the Fraction of its digits (what Fraction("12.50") gives, without parsing the text)
+                decimals = decimals.rstrip("0")
+                value = Fraction(int(whole + decimals), 10 ** len(decimals)) if decimals else int(whole)
+            else:
+                value = Fraction(text)
         except (ValueError, ZeroDivisionError):
             return None
         if value.denominator == 1:
