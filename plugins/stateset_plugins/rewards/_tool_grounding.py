@@ -133,13 +133,11 @@ def claims_change(text: str, acting: bool = False) -> bool:
     if _VERB_FORMS.isdisjoint(tokens):
         return False
     promised = False
-    start = 0
-    for at, token in enumerate(tokens):
-        if token in _PUNCTUATION:
-            start = at + 1
-            continue
-        if token not in _VERB_FORMS:
-            continue
+    for at in [at for at, token in enumerate(tokens) if token in _VERB_FORMS]:  # only the verbs, in order
+        token = tokens[at]
+        start = at
+        while start and tokens[start - 1] not in _PUNCTUATION:  # back to where the verb's clause opens
+            start -= 1
         lead = tokens[start:at]
         if not _SUBORDINATE.isdisjoint(lead[-6:]):
             continue
