@@ -379,6 +379,9 @@ class _ExpectedReplay:
 
     def grades(self, turns: list[int]) -> list[TurnGrade]:
         everyone = self.seen.facts.assistant_turns
+        if turns == everyone:  # the usual request: every assistant turn, in order
+            last = everyone[-1]
+            return [self._grade(turn, self._judge_calls(turn), turn >= last) for turn in everyone]
         wanted = set(turns)
         last = everyone[-1] if everyone else -1
         final = max(wanted)
@@ -399,7 +402,8 @@ class _ExpectedReplay:
             kind = seen.kind(name)
             verdict: dict[str, Any] = {"name": name, "kind": kind, "score": None, "match": None}
             arguments, error = parse_arguments(call["arguments"])
-            candidates = [i for i in self.outstanding if self.required[i].get("name") == name]
+            outstanding = self.outstanding
+            candidates = [i for i in outstanding if self.required[i].get("name") == name] if outstanding else []
             if seen.declared and name not in seen.declared:
                 verdict.update(score=0.0, match="invented tool", conduct=0.0)
             elif arguments is None:
