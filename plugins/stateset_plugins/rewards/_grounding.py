@@ -103,8 +103,9 @@ def mentioned_values(text: str, tokens: Sequence[str] | None = None,
             days.add(match.start(2) if match.group(2) else match.start(3))
             if 1 <= day <= 31:
                 out.append(f"d:{month:02d}-{day:02d}")
-    if _HAS_DIGIT(text):
-        _digit_values(text, out, days)
+    first_digit = _HAS_DIGIT(text)
+    if first_digit:
+        _digit_values(text, out, days, first_digit.start())
     # Tokens with a capital letter (a token not among the lower-cased ones): codes ("JFK") and names ("Mia").
     for token in set(tokens).difference(lowered):
         if len(token) >= 3 and token.isalpha():
@@ -123,8 +124,9 @@ _WORD_BEFORE = re.compile(r"\w+$")
 _WORD_AFTER = re.compile(r"\w*")
 
 
-def _digit_values(text: str, out: list[str], days: set[int]) -> None:
-    for match in _DIGIT_VALUE.finditer(text):
+def _digit_values(text: str, out: list[str], days: set[int], first_digit: int = 0) -> None:
+    # Every value starts with a digit: the scan starts at the first one (the pattern looks at nothing before it).
+    for match in _DIGIT_VALUE.finditer(text, first_digit):
         start, end = match.span()
         if start in days:
             continue

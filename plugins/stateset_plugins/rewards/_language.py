@@ -134,9 +134,12 @@ class TextShape:
     __slots__ = ("word_order", "repetition", "vocabulary", "complete")
 
     def __init__(self, text: str, tokens: list[str] | None = None, lowered: list[str] | None = None,
-                 distinct_trigrams: int | None = None):
+                 distinct_trigrams: int | None = None, lowered_set: frozenset[str] | None = None):
         if tokens is None or lowered is None:
             tokens, lowered = tokenise(text)
+            lowered_set = None
+        if lowered_set is None:  # the caller's set of the lowered tokens, when it keeps one
+            lowered_set = frozenset(lowered)
         if distinct_trigrams is None:
             distinct_trigrams = len(set(zip(lowered, lowered[1:], lowered[2:])))
         shape = "".join(map(_CLASS.get, tokens, repeat("w", len(tokens))))
@@ -145,7 +148,7 @@ class TextShape:
         self.word_order = max(0.0, 1.0 - violations / (WORD_ORDER_ZERO_RATE * words)) if words else 1.0
         self.repetition = _repetition(len(lowered), distinct_trigrams)
         # the words written in lower case: a token equal to its own lower-cased form
-        self.vocabulary = _vocabulary((set(tokens) & set(lowered)) - _NOT_JUDGED)
+        self.vocabulary = _vocabulary((set(tokens) & lowered_set) - _NOT_JUDGED)
         self.complete = _completeness(text, shape)
 
 

@@ -231,7 +231,7 @@ class CustomerSupportReward(Reward):
         reply.values = mentioned_values(text, facts.cased, words)
         # the distinct trigrams count only from 8 tokens on (`_language._repetition`): fewer need no set of them
         distinct = len(facts.shingles) if len(facts.lowered) >= 8 else 0
-        reply.shape = TextShape(text, facts.cased, facts.lowered, distinct)
+        reply.shape = TextShape(text, facts.cased, facts.lowered, distinct, words)
         return reply
 
     def _read_user(self, facts: "_Text") -> tuple[bool, bool]:
