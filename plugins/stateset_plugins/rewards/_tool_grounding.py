@@ -174,7 +174,7 @@ def is_value_string(text: str) -> bool:
     words = text.split()
     if not words or len(words) > PROSE_WORDS:
         return False
-    if any(c.isdigit() or c == "@" for c in text) or len(words) == 1:
+    if len(words) == 1 or "@" in text or any(map(str.isdigit, text)):
         return True
     return len(words) <= 4 and all(w[:1].isupper() for w in words)  # a name or a place
 
@@ -379,7 +379,11 @@ class ConversationFacts:
         if known is not None:
             return known
         data_forms, people_forms = spellings(value)
-        found = any(_found(form, corpus, end) for form in data_forms)
+        found = False
+        for form in data_forms:  # a loop, not any(): most values have one form, found at once
+            if _found(form, corpus, end):
+                found = True
+                break
         if not found and people_forms:
             people, people_end = self._corpus("people", before)
             found = any(_found(form, people, people_end) for form in people_forms)
