@@ -73,7 +73,7 @@ def _normalise_text(value: str) -> Any:
     text = " ".join(words).casefold()  # casefolding never adds or removes whitespace: `words` still counts them
     # No number is written without a digit, nor (in ASCII) with a character outside these: skip the costly attempt
     # ("nw-100004" raised twice before it was known not to be a number).
-    if _DIGIT.search(text) is not None and (not text.strip(_NUMERIC_CHARS) or not text.isascii()):
+    if (not text.strip(_NUMERIC_CHARS) or not text.isascii()) and _DIGIT.search(text) is not None:
         if "_" not in text:  # int() reads "1_000"; Fraction, the reference here, does not
             try:
                 return int(text)  # "250" == 250: logged arguments often quote numbers
@@ -105,7 +105,7 @@ def _agreement(a: Any, e: Any) -> float:
     keys = set(a) | set(e)
     if not keys:
         return 1.0
-    return sum(a.get(k) == e.get(k) for k in keys) / len(keys)
+    return sum([a.get(k) == e.get(k) for k in keys]) / len(keys)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -238,6 +238,9 @@ class ToolCallingReward(Reward):
 
 def _call_means(checks: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Each per-call check averaged over the calls that have it: the turn's top-level numeric breakdown."""
+    if len(checks) == 1:  # the usual turn: one call, whose checks are their own means
+        only = checks[0]
+        return {key: _mean((only[key],)) for key in _CALL_CHECKS if key in only}
     means = {}
     for key in _CALL_CHECKS:
         values = [c[key] for c in checks if key in c]
