@@ -50,6 +50,7 @@ _INGS = frozenset(v[2] for v in _CHANGE_VERBS)
 _VERB_FORMS = _BASES | _PASTS | _INGS
 _TOKEN = re.compile(r"[a-z0-9']+|[.!?;:\n]")
 _PUNCTUATION = frozenset(".!?;:\n")
+_MARKS = _VERB_FORMS | _PUNCTUATION
 # Done: "has been cancelled", "I've updated", "I have booked", "I cancelled", "successfully refunded", "is now
 # changed", "is changed now", "was updated for you" (a bare "is booked" often describes a record the agent read).
 # Promised: "I'll change", "I will make sure to update", "I'm cancelling", "we are going to refund", "let me book".
@@ -133,11 +134,12 @@ def claims_change(text: str, acting: bool = False) -> bool:
     if _VERB_FORMS.isdisjoint(tokens):
         return False
     promised = False
-    for at in [at for at, token in enumerate(tokens) if token in _VERB_FORMS]:  # only the verbs, in order
+    start = 0
+    for at in [at for at, token in enumerate(tokens) if token in _MARKS]:  # only verbs and clause breaks, in order
         token = tokens[at]
-        start = at
-        while start and tokens[start - 1] not in _PUNCTUATION:  # back to where the verb's clause opens
-            start -= 1
+        if token in _PUNCTUATION:
+            start = at + 1
+            continue
         lead = tokens[start:at]
         if not _SUBORDINATE.isdisjoint(lead[-6:]):
             continue
