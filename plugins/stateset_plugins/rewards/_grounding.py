@@ -96,14 +96,14 @@ def mentioned_values(text: str, tokens: Sequence[str] | None = None,
     if lowered is None:
         lowered = frozenset(map(str.lower, tokens))
     days: set[int] = set()  # where a date's day is written ("May 20"): not a number of its own
-    if not lowered.isdisjoint(_CALENDAR_WORDS):
+    first_digit = _HAS_DIGIT(text)
+    if first_digit and not lowered.isdisjoint(_CALENDAR_WORDS):  # a date needs its day's digits ("you may" has none)
         for match in _MONTH_DAY.finditer(text):
             month = _MONTHS[(match.group(1) or match.group(4)).lower()]
             day = int(match.group(2) or match.group(3))
             days.add(match.start(2) if match.group(2) else match.start(3))
             if 1 <= day <= 31:
                 out.append(f"d:{month:02d}-{day:02d}")
-    first_digit = _HAS_DIGIT(text)
     if first_digit:
         _digit_values(text, out, days, first_digit.start())
     # Tokens with a capital letter (a token not among the lower-cased ones): codes ("JFK") and names ("Mia").

@@ -280,11 +280,13 @@ class CustomerSupportReward(Reward):
         if unsafe:
             return f"unsafe content: {', '.join(unsafe)}"
         problems = []
-        if min(checks.get(k, 1.0) for k in ("word_order", "repetition", "vocabulary")) < 0.75:
+        get = checks.get
+        fluency = (("word order", get("word_order", 1.0)), ("repetition", get("repetition", 1.0)),
+                   ("vocabulary", get("vocabulary", 1.0)))
+        if fluency[0][1] < 0.75 or fluency[1][1] < 0.75 or fluency[2][1] < 0.75:
             problems.append("the reply is not fluent text (" + ", ".join(
-                k.replace("_", " ") for k in ("word_order", "repetition", "vocabulary") if checks.get(k, 1.0) < 0.75)
-                + ")")
-        if checks.get("complete", 1.0) < 1.0:
+                name for name, value in fluency if value < 0.75) + ")")
+        if get("complete", 1.0) < 1.0:
             problems.append("the reply stops mid-sentence")
         if invented:
             problems.append("states values found nowhere in the conversation: " + ", ".join(
