@@ -50,7 +50,6 @@ _INGS = frozenset(v[2] for v in _CHANGE_VERBS)
 _VERB_FORMS = _BASES | _PASTS | _INGS
 _TOKEN = re.compile(r"[a-z0-9']+|[.!?;:\n]")
 _PUNCTUATION = frozenset(".!?;:\n")
-_MARKS = _VERB_FORMS | _PUNCTUATION
 # Done: "has been cancelled", "I've updated", "I have booked", "I cancelled", "successfully refunded", "is now
 # changed", "is changed now", "was updated for you" (a bare "is booked" often describes a record the agent read).
 # Promised: "I'll change", "I will make sure to update", "I'm cancelling", "we are going to refund", "let me book".
@@ -130,23 +129,44 @@ def claims_change(text: str, acting: bool = False) -> bool:
     """Does a reply say that a change was made, or promise one without asking for the go-ahead? A promise in a
     message that also makes a call (`acting`) is a plan being carried out, not an empty promise. A clause opened
     by a condition, a modal or a negation ("once they have been added", "cannot be changed") asserts nothing."""
-    tokens = _TOKEN.findall(text.lower().replace("\u2019", "'"))
-    if _VERB_FORMS.isdisjoint(tokens):
-        return False
     promised = False
-    start = 0
-    for at in [at for at, token in enumerate(tokens) if token in _MARKS]:  # only verbs and clause breaks, in order
-        token = tokens[at]
-        if token in _PUNCTUATION:
-            start = at + 1
+    for words in _clauses(text.lower().replace("\u2019", "'")):
+        if _VERB_FORMS.isdisjoint(words):
             continue
-        lead = tokens[start:at]
-        if not _SUBORDINATE.isdisjoint(lead[-6:]):
-            continue
-        if token in _PASTS and _done_at(tokens, at, lead):
-            return True
-        promised = promised or (not acting and _promised_at(token, lead))
+        for at in [at for at, word in enumerate(words) if word in _VERB_FORMS]:  # only the verbs, in order
+            token = words[at]
+            lead = words[:at]
+            if not _SUBORDINATE.isdisjoint(lead[-6:]):
+                continue
+            if token in _PASTS and _done_at(words, at, lead):
+                return True
+            promised = promised or (not acting and _promised_at(token, lead))
     return promised and not _ASKS_GO_AHEAD.search(text)
+
+
+# ASCII text is cut into clauses and words by one byte translation: clause breaks to "\n", every other character
+# that is not part of a word (a-z, 0-9, ') to " ". Other text is tokenised by `_TOKEN`, to the same words.
+_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789'")
+_CLAUSE_TABLE = bytes(i if i in _WORD_BYTES or i >= 128 else 10 if chr(i) in _PUNCTUATION else 32 for i in range(256))
+
+
+def _clauses(lowered: str) -> list[list[str]]:
+    """The lower-cased text's word tokens, clause by clause (split at `_PUNCTUATION`); [] when it names no verb."""
+    if lowered.isascii():
+        spaced = lowered.encode("ascii").translate(_CLAUSE_TABLE).decode("ascii")
+        if _VERB_FORMS.isdisjoint(spaced.split()):
+            return []
+        return [clause.split() for clause in spaced.split("\n")]
+    tokens = _TOKEN.findall(lowered)
+    if _VERB_FORMS.isdisjoint(tokens):
+        return []
+    clauses: list[list[str]] = [[]]
+    for token in tokens:
+        if token in _PUNCTUATION:
+            clauses.append([])
+        else:
+            clauses[-1].append(token)
+    return clauses
 
 
 def enum_values(schema: Any) -> frozenset[str]:
