@@ -234,12 +234,22 @@ def value_leaves(arguments: Any, enums: frozenset[str]) -> list[Any]:
             if abs(value) >= SMALL_COUNT:
                 found.append(value)
         elif kind is float or isinstance(value, (int, float, Fraction)):
-            number = _as_number(str(value))
+            number = _float_number(value) if kind is float else _as_number(str(value))
             if number is not None and not (type(number) is int and abs(number) < SMALL_COUNT):
                 found.append(number)
         elif isinstance(value, Mapping):
             stack.extend(value.values())
     return found
+
+
+def _float_number(value: float) -> int | float | None:
+    """`_as_number(str(value))` of a float without parsing its text: a whole one below 2**53 as an int (its repr is
+    its digits and ".0"), another finite one as itself (its repr reads back to it), else the parse."""
+    if value.is_integer() and abs(value) < 2 ** 53:
+        return int(value)
+    if value == value and not value.is_integer() and abs(value) != float("inf"):
+        return value
+    return _as_number(str(value))
 
 
 def _as_number(text: str) -> int | float | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import fractions
 from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
@@ -51,6 +52,8 @@ def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None
         return value
     if type(value) is int:
         return value
+    if kind is float and value.is_integer() and abs(value) < _EXACT_INTS:
+        return int(value)  # what Fraction(str(value)) gives for a whole float written without an exponent
     if isinstance(value, (int, float)):
         return _whole(Fraction(str(value)))  # 250 == 250.0, and no float noise
     if isinstance(value, str):
@@ -64,6 +67,10 @@ def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None
 
 
 _DIGIT = re.compile(r"\d")  # what Fraction's parser requires somewhere in a number
+# Fraction(text) raises ValueError exactly when its own syntax does not match (int() accepts less): test that
+# first rather than raise and catch twice for every date or phone number. A digit is the fallback test.
+_NUMBER_SYNTAX = getattr(getattr(fractions, "_RATIONAL_FORMAT", None), "match", None) or _DIGIT.search
+_EXACT_INTS = 2 ** 53  # every whole float below this is written as its digits and ".0"
 _NUMERIC_CHARS = "0123456789+-./e_ "  # every ASCII character int() or Fraction() accepts in a casefolded number
 
 
@@ -73,7 +80,7 @@ def _normalise_text(value: str) -> Any:
     text = " ".join(words).casefold()  # casefolding never adds or removes whitespace: `words` still counts them
     # No number is written without a digit, nor (in ASCII) with a character outside these: skip the costly attempt
     # ("nw-100004" raised twice before it was known not to be a number).
-    if (not text.strip(_NUMERIC_CHARS) or not text.isascii()) and _DIGIT.search(text) is not None:
+    if (not text.strip(_NUMERIC_CHARS) or not text.isascii()) and _NUMBER_SYNTAX(text) is not None:
         if "_" not in text:  # int() reads "1_000"; Fraction, the reference here, does not
             try:
                 return int(text)  # "250" == 250: logged arguments often quote numbers
