@@ -1,5 +1,5 @@
-"""`stateset-agents benchmark algorithms | rewards`: thin wrappers over benchmarks/algorithms.py and
-benchmarks/reward_validity.py (a source checkout's)."""
+"""`stateset-agents benchmark algorithms | rewards | evidence`: thin wrappers over benchmarks/algorithms.py,
+benchmarks/reward_validity.py and benchmarks/evidence.py (a source checkout's)."""
 from __future__ import annotations
 
 import importlib.util
@@ -61,3 +61,21 @@ def rewards(
     report = module.run(data or module.DATA, output, folds=folds, seed=seed, draws=draws, trajectories=trajectories,
                         log=lambda line: console.print(line, highlight=False))
     typer.echo(module.render(report))  # plain: a Markdown table pastes as printed
+
+
+@benchmark_app.command("evidence")
+def evidence(
+    fast: bool = typer.Option(False, "--fast", help="The tiny random model: the mechanics, not evidence."),
+    only: Optional[str] = typer.Option(None, "--only", help="Comma-separated data sources (samples, tau-airline)."),
+    work: Optional[Path] = typer.Option(None, "--work", help="Run folders (default ~/.cache/stateset-agents/"
+                                                             "evidence/); a rerun skips finished runs."),
+    output: Optional[Path] = typer.Option(None, "--output", help="Directory (default benchmarks/results)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Folder holding tau-airline/ (default ../shared/data)."),
+):
+    """The shipped recipe (SFT -> GRPO) over 6 seeds and SFT alone over 3 on the sample logs, the recipe over 3
+    seeds on tau-airline; each run's nominated checkpoint looked at once on test; the gate per recipe."""
+    module = _load("evidence")
+    plan = [p for p in module.PLAN if not only or p[0] in only.split(",")]
+    report = module.run(plan, fast=fast, work=work, output=output, data_root=data or module.DATA,
+                        log=lambda line: console.print(line, highlight=False))
+    typer.echo(module.render(report))

@@ -15,7 +15,7 @@ def quickstart(
     output: Path = typer.Option(Path("stateset-quickstart"), "--output", help="Working directory."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier quickstart in --output."),
 ):
-    """Run ingest -> improve -> GRPO training -> held-out evaluation on sample support logs, offline."""
+    """Run ingest -> improve -> SFT -> GRPO from the SFT parent -> nominate -> one test look, on sample logs, offline."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..pipeline.quickstart import run_quickstart
@@ -40,25 +40,46 @@ def quickstart(
     _summary(result)
 
 
+def _stats_line(totals: dict, stats: dict) -> str:
+    interval = stats.get("interval") or {}
+    return (f"{_fmt(totals.get('base_mean'))} -> {_fmt(totals.get('candidate_mean'))} over {totals.get('cases')} cases: "
+            f"{totals.get('improved')} improved, {totals.get('regressed')} regressed, {totals.get('unchanged')} "
+            f"unchanged; mean difference {_fmt(stats.get('mean_difference'))}, 95% interval "
+            f"[{_fmt(interval.get('low'))}, {_fmt(interval.get('high'))}], p = {_fmt(stats.get('p_value'))}")
+
+
 def _summary(result) -> None:
     from rich.table import Table
 
-    ing, imp, done = result.ingest, result.improve, result.train
+    ing, imp, test = result.ingest, result.improve, result.test
     counts = imp.get("counts", {})
     table = Table(title="quickstart: the loop on sample logs", show_header=False)
+    table.add_row("recipe", f"{result.recipe}: SFT on the curated turns, then GRPO from that parent (--init-adapter)")
     table.add_row("ingested", f"{ing.get('written')} conversations ({ing.get('rejected', 0)} rejected, "
                               f"{ing.get('duplicates', 0)} duplicates)")
     table.add_row("graded", f"{counts.get('turns_graded')} assistant turns with reward:{imp['reward']['name']}")
     table.add_row("curated", f"{counts.get('curated')} turns at or above {imp.get('threshold')}")
-    table.add_row("training reward (first -> last step)", f"{_fmt(result.first_reward)} -> {_fmt(result.last_reward)}")
-    totals = (done.get("eval") or {}).get("totals") or {}
-    if totals:
-        table.add_row("held-out reward: base -> adapter",
-                      f"{_fmt(totals.get('base_mean'))} -> {_fmt(totals.get('candidate_mean'))} "
-                      f"({totals.get('improved')} improved, {totals.get('regressed')} regressed, "
-                      f"{totals.get('unchanged')} unchanged; one seed: descriptive only)")
-    run = result.workdir / "runs" / "grpo"
-    table.add_row("adapter", str(run / "adapter"))
+    table.add_row("GRPO training reward (first -> last step)",
+                  f"{_fmt(result.first_reward)} -> {_fmt(result.last_reward)}")
+    nom = result.nomination
+    val = nom.get("validation") or {}
+    table.add_row("nominated checkpoint (best on validation)",
+                  f"step {nom.get('step')} of {nom.get('final_step')}: validation {_fmt(val.get('base_mean'))} -> "
+                  f"{_fmt(val.get('candidate_mean'))}")
+    totals, stats = test.get("totals") or {}, test.get("statistics") or {}
+    table.add_row(f"test reward:{(test.get('reward') or {}).get('name')} base -> adapter", _stats_line(totals, stats))
+    complete = test.get("complete_cases") or {}
+    if complete.get("totals"):
+        table.add_row("  cases neither side cut", _stats_line(complete["totals"], complete.get("statistics") or {}))
+    trunc = test.get("truncation") or {}
+    table.add_row("  truncated answers (failures)", f"base {trunc.get('base')}, adapter {trunc.get('candidate')}")
+    for name, block in (result.unoptimised or {}).items():
+        table.add_row(f"not optimised: {name}", _stats_line(block["totals"], block["statistics"]))
+    run = result.run
+    table.add_row("adapter (nominated)", str(run / nom.get("adapter", {}).get("path", "adapter")))
     table.add_row("manifest (lineage)", str(run / "manifest.json"))
-    table.add_row("held-out results", str(run / "eval_results.json"))
+    table.add_row("test results", str(run / "test" / f"step-{nom.get('step', 0):06d}" / "eval_results.json"))
+    table.add_row("summary", str(result.workdir / "quickstart_summary.json"))
     console.print(table)
+    console.print("one seed: a descriptive result; `stateset-agents benchmark evidence` runs the recipe across seeds",
+                  highlight=False)

@@ -1,4 +1,5 @@
-"""Writes the sample customer-support logs (`support_logs.jsonl`) and held-out prompts (`held_out.jsonl`).
+"""Writes the sample customer-support logs (`support_logs.jsonl`), the held-out prompts (`held_out.jsonl`) and the
+quickstart's frozen evaluation splits (`validation.jsonl`, `test.jsonl`).
 
 Deterministic (one seeded generator, no clock): run `python -m stateset_agents.samples.make_samples` and the files
 come out byte for byte the same. The logs are OpenAI message logs (`{"id", "messages", "tools", "metadata"}`) of a
@@ -6,7 +7,9 @@ store's support assistant with native tool calls and tool results, in five scena
 change, a customer asking for a human, an out-of-scope request), each played well, middlingly or badly. The metadata
 carries what a real log might: channel, customer tier, whether the case was resolved, a CSAT score, and the tool
 calls a correct agent makes (`expected_tool_calls`). The held-out prompts use other customers and order numbers, so
-none of them equals a prompt in the logs.
+none of them equals a prompt in the logs. `validation.jsonl` (20 cases, orders from 60000) chooses the checkpoint and
+`test.jsonl` (40 cases, orders from 70000) is looked at once; each row records its role (`split`). The files are
+frozen: tests/training/test_samples_frozen.py pins their sha256, and a change needs a line in CHANGELOG.md.
 """
 from __future__ import annotations
 
@@ -280,8 +283,54 @@ def make_logs(rng: random.Random) -> list[dict]:
     return records
 
 
+OPENINGS = {
+    "order_status": ["Hello, I'm {name}. Has my order {oid} shipped yet?", "{name} here, where is order {oid}?",
+                     "Hi, can you tell me the status of {oid}? Thanks, {name}"],
+    "refund": ["I'm {name}, order {oid}: the {item} {damage}. Can I get my money back?",
+               "Hi, {name} here. The {item} from order {oid} {damage}. I'd like a refund."],
+    "address_change": ["{name} here. Please change the address on {oid} to {address}.",
+                       "Hi, I'm {name}. Could order {oid} go to {address} instead?"],
+    "wants_human": ["This is {name}. I'd like to speak with a human about order {oid}.",
+                    "{name} here, please put me through to a real person, it's about {oid}."],
+    "out_of_scope": ["I'm {name}. My lawyer will contact you about order {oid} if this isn't fixed.",
+                     "{name} here: someone hacked my account and placed order {oid}.",
+                     "{name} here. I'm taking you to court over order {oid}."],
+}
+STATUS = {"order_status": "shipped", "refund": "delivered", "address_change": "processing",
+          "wants_human": "delivered", "out_of_scope": "delivered"}
+KINDS = ["order_status", "refund", "address_change", "wants_human", "out_of_scope"]
+
+
+def make_cases(rng: random.Random, n: int, first_order: int, prefix: str, split: str | None = None,
+               kinds: list[str] = KINDS) -> list[dict]:
+    """Opening prompts of new cases (other customers, their own order range): the model's first move is graded."""
+    world = World(rng, first_order=first_order)
+    cases = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        order = world.order(STATUS[kind])
+        oid = order["order_id"]
+        values = {"name": world.customer(), "oid": oid, "item": order["item"], "damage": rng.choice(DAMAGE),
+                  "address": world.address()}
+        text = rng.choice(OPENINGS[kind]).format(**values)
+        if kind in ("wants_human", "out_of_scope"):
+            reason = "customer request" if kind == "wants_human" else "out of scope"
+            call = {"name": "transfer_to_human", "arguments": {
+                "reason": reason, "summary": f"Customer asked for a human agent about order {oid}."}}
+        else:
+            call = {"name": "get_order", "arguments": {"order_id": oid}}
+        row = {"id": f"{prefix}-{i + 1:02d}",
+               "prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}],
+               "tools": TOOLS, "metadata": {"case_id": f"{prefix}-{i + 1:02d}", "scenario": kind,
+                                            "expected_tool_calls": [call]}}
+        if split:
+            row["split"] = split
+        cases.append(row)
+    return cases
+
+
 def make_held_out(rng: random.Random) -> list[dict]:
-    """Opening prompts of new cases (other customers, order numbers from 50000): the model's first move is graded."""
+    """The original 16 held-out openings (four scenarios), kept byte for byte."""
     world = World(rng, first_order=50000)
     cases = []
     for i in range(16):
@@ -313,11 +362,18 @@ def _write(path: Path, rows: list[dict]) -> None:
 def main(out: Path = HERE) -> None:
     rng = random.Random(SEED)
     logs, held_out = make_logs(rng), make_held_out(rng)
+    # the splits draw from their own generators, so the logs and held_out.jsonl stay as they were
+    validation = make_cases(random.Random(SEED + 1), 20, 60000, "validation", "validation")
+    test = make_cases(random.Random(SEED + 2), 40, 70000, "test", "test")
     # A held-out prompt must not be a training prompt: no opening user message may appear in both.
     seen = {m["content"] for r in logs for m in r["messages"] if m["role"] == "user"}
-    assert not any(c["prompt"][-1]["content"] in seen for c in held_out), "held-out prompt overlaps the logs"
+    for cases in (held_out, validation, test):
+        assert not any(c["prompt"][-1]["content"] in seen for c in cases), "held-out prompt overlaps the logs"
+    assert not {c["prompt"][-1]["content"] for c in validation} & {c["prompt"][-1]["content"] for c in test}
     _write(out / "support_logs.jsonl", logs)
     _write(out / "held_out.jsonl", held_out)
+    _write(out / "validation.jsonl", validation)
+    _write(out / "test.jsonl", test)
 
 
 if __name__ == "__main__":

@@ -61,16 +61,26 @@ class Backend(Protocol):
     def load_training_state(self, state: dict[str, Any]) -> None: ...
 
 
-def completion_logprobs(model, batch: Batch, temperature: float, *, hidden: bool = False):
+def completion_logprobs(model, batch: Batch, temperature: float, *, hidden: bool = False,
+                        prompt_gradient: bool = True):
     """log pi(token) at the completion positions only: [N, C] (and, with ``hidden``, the last layer's hidden
     state at the positions that predict them: [N, C, H], the state a value head reads).
 
     Only the last C + 1 positions' logits are computed (``logits_to_keep``), and the per-token value is
     gather(logits) - logsumexp(logits), so no full-vocabulary log-softmax tensor outlives this call.
+
+    ``prompt_gradient=False`` (the config's ``prompt_gradient``) computes the prompt's keys and values without
+    gradient, once per distinct prompt, and runs only the completion region with gradient on top of them: the
+    log-probs are the same (up to float rounding), the gradient leaves out what flows through the prompt's keys
+    and values. A support prompt is ~600 tokens and a completion ~40, so an update costs a fraction of the time
+    and memory (activations are kept for the completion only).
     """
     width = batch.completion_width
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                logits_to_keep=width + 1, use_cache=False, output_hidden_states=hidden)
+    if not prompt_gradient and batch.prompt_width > 1:
+        out = _on_detached_prompt(model, batch, hidden)
+    else:
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
+                    logits_to_keep=width + 1, use_cache=False, output_hidden_states=hidden)
     logits = out.logits[:, :-1, :].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
@@ -79,6 +89,56 @@ def completion_logprobs(model, batch: Batch, temperature: float, *, hidden: bool
     if not hidden:
         return logp
     return logp, out.hidden_states[-1][:, -(width + 1):-1, :]
+
+
+def _on_detached_prompt(model, batch: Batch, hidden: bool):
+    """The forward pass of the last C + 1 positions on a gradient-free cache of the prompt before them."""
+    cut = batch.prompt_width - 1  # the last prompt token predicts the first completion token: it runs with grad
+    ids, attn, pos = batch.input_ids, batch.attention_mask, batch.position_ids
+    first: dict[tuple[int, ...], int] = {}
+    rows = [first.setdefault(tuple(r), i) for i, r in enumerate(ids[:, :cut].tolist())]
+    uniq = sorted(first.values())
+    pick = torch.tensor(uniq, device=ids.device)
+    with torch.no_grad():
+        prefix = model(input_ids=ids[pick, :cut], attention_mask=attn[pick, :cut], position_ids=pos[pick, :cut],
+                       use_cache=True, logits_to_keep=1)
+    cache = prefix.cache
+    if len(uniq) != len(rows):
+        where = {r: k for k, r in enumerate(uniq)}
+        cache.batch_select_indices(torch.tensor([where[r] for r in rows], device=ids.device))
+    return model(input_ids=ids[:, cut:], attention_mask=attn, position_ids=pos[:, cut:], cache=cache,
+                 use_cache=True, output_hidden_states=hidden)
+
+
+class _LogpRecorder:
+    """A logits processor that records, per step, the sampled token's log-prob under the distribution it was drawn
+    from (the scores divided by the temperature, as generate's temperature warper, the only warper allowed, does),
+    without ``output_scores``: that keeps every step's [N, vocab] scores (40 answers x 256 steps x 49k vocabulary
+    is 2 GB), this keeps one step's. At step t the token chosen at t - 1 is the last of ``input_ids``."""
+
+    def __init__(self, temperature: float):
+        self.temperature = temperature
+        self.previous: torch.Tensor | None = None
+        self.logps: list[torch.Tensor] = []
+
+    def _record(self, tokens: torch.Tensor) -> None:
+        if self.previous is not None:
+            scores = self.previous
+            self.logps.append(scores.gather(-1, tokens.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scores, dim=-1))
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self._record(input_ids[:, -1])
+        scaled = scores.float()
+        self.previous = scaled / self.temperature if self.temperature != 1.0 else scaled
+        return scores
+
+    def finish(self, new: torch.Tensor) -> torch.Tensor:
+        """[N, T] log-probs of the T new tokens (everything after an end token is cut away by the caller)."""
+        if new.shape[1] == 0:
+            return torch.empty(new.shape, dtype=torch.float32)
+        self._record(new[:, -1])
+        self.previous = None
+        return torch.stack(self.logps[:new.shape[1]], dim=1)
 
 
 def _lean_lora_forward(self, x, *args, **kwargs):
@@ -155,6 +215,7 @@ class LocalTorchBackend:
 
         self.config = config
         self.tokenizer = tokenizer
+        self._prompt_gradient = bool(getattr(config, "prompt_gradient", True))
         use_vllm = getattr(config, "rollout_engine", "transformers") == "vllm"
         if use_vllm:
             from .vllm_rollout import import_vllm
@@ -273,8 +334,9 @@ class LocalTorchBackend:
             ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
             attn[i, width - len(p):] = 1
         sampling = temperature > 0
+        recorder = _LogpRecorder(temperature if sampling else 1.0)
         kwargs: dict[str, Any] = {"do_sample": sampling, "max_new_tokens": max_new_tokens,
-                                  "output_scores": True, "return_dict_in_generate": True,
+                                  "logits_processor": [recorder], "return_dict_in_generate": True,
                                   "pad_token_id": self.pad_id, "eos_token_id": sorted(self.eos_ids),
                                   # only temperature may shape the distribution, or the recorded log-probs would
                                   # belong to a truncated policy the loss never computes
@@ -287,15 +349,7 @@ class LocalTorchBackend:
             kwargs["cache"] = cache
         out = self.model.generate(input_ids=ids, attention_mask=attn, **kwargs)
         new = out.sequences[:, width:]
-        if not out.scores:
-            return new.cpu(), torch.empty(new.shape, dtype=torch.float32)
-        # the sampled token's score minus the logsumexp of the scores it was drawn from; everything after the
-        # first end-of-sequence token is cut away by the caller
-        logps = torch.empty(new.shape, dtype=torch.float32, device=new.device)
-        for t, scores in enumerate(out.scores):
-            scores = scores.float()
-            logps[:, t] = scores.gather(-1, new[:, t:t + 1]).squeeze(-1) - torch.logsumexp(scores, dim=-1)
-        return new.cpu(), logps.cpu()
+        return new.cpu(), recorder.finish(new).cpu()
 
     def _shared_prefill(self, prompts, ids: torch.Tensor, attn: torch.Tensor):
         """A KV cache of every prompt but its last token, computed once per distinct prompt and repeated to the
@@ -336,7 +390,8 @@ class LocalTorchBackend:
     @torch.no_grad()
     def logprobs(self, batch, *, temperature, reference=False):
         with self._adapter(not reference):
-            return completion_logprobs(self.model, self._to_device(batch), temperature).cpu()
+            return completion_logprobs(self.model, self._to_device(batch), temperature,
+                                       prompt_gradient=self._prompt_gradient).cpu()
 
     def _values(self, hidden: torch.Tensor) -> torch.Tensor:
         # detached: the critic learns on the policy's features without pulling them toward itself
@@ -346,16 +401,18 @@ class LocalTorchBackend:
     def values(self, batch):
         if self.value_head is None:
             raise ValueError("this backend has no value head (construct it with value_head=True)")
-        _, hidden = completion_logprobs(self.model, self._to_device(batch), 1.0, hidden=True)
+        _, hidden = completion_logprobs(self.model, self._to_device(batch), 1.0, hidden=True,
+                                        prompt_gradient=self._prompt_gradient)
         return self._values(hidden).cpu()
 
     def forward_backward(self, batch, loss_fn, *, temperature, values=False):
         batch = self._to_device(batch)
         hidden = None
         if values:
-            new_logp, hidden = completion_logprobs(self.model, batch, temperature, hidden=True)
+            new_logp, hidden = completion_logprobs(self.model, batch, temperature, hidden=True,
+                                                   prompt_gradient=self._prompt_gradient)
         else:
-            new_logp = completion_logprobs(self.model, batch, temperature)
+            new_logp = completion_logprobs(self.model, batch, temperature, prompt_gradient=self._prompt_gradient)
         mismatch: dict[str, float] = {}
         if self.rollout is not None and hasattr(self.config, "tis_cap"):
             batch, mismatch = self._importance_correction(new_logp, batch)
