@@ -14,13 +14,26 @@ def test_quickstart_fast_runs_the_whole_loop_and_can_run_again(tmp_path, capsys,
     assert summary["written"] == 96 and summary["rejected"] == 0
     improve = json.loads((out / "improved" / "improve_summary.json").read_text())
     assert improve["counts"]["curated"] > 0
+    sft = json.loads((out / "runs" / "sft" / "manifest.json").read_text())
+    assert sft["algorithm"] == "sft" and sft["status"] == "completed"
     run = out / "runs" / "grpo"
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "completed" and manifest["committed_updates"] == 4
     assert manifest["lineage"]  # training rows trace back to the sample log's lines
-    results = json.loads((run / "eval_results.json").read_text())
-    assert len(results["cases"]) == 16 and "statistics" in results
-    assert "held-out reward" in capsys.readouterr().out
+    assert manifest["parent"]["adapter_sha256"]  # GRPO started from the SFT parent
+    # validation chose the checkpoint; the nominated one had exactly one look at the frozen test cases
+    nomination = json.loads((run / "nomination.json").read_text())
+    assert nomination["step"] == manifest["selection"]["best_on_validation"]
+    looks = [json.loads(line) for line in (run / "test_looks.jsonl").read_text().splitlines()]
+    assert len(looks) == 1 and not looks[0]["again"]
+    results = json.loads((run / "test" / f"step-{nomination['step']:06d}" / "eval_results.json").read_text())
+    assert len(results["cases"]) == 40 and results["split"] == "test" and "statistics" in results
+    assert "complete_cases" in results and results["protocol"]["decoding"] == "greedy"
+    summary = json.loads((out / "quickstart_summary.json").read_text())
+    assert summary["recipe"] == "sft->grpo" and summary["nominated_checkpoint"] == nomination["step"]
+    assert {"exact_tool_call_match", "tool_name_match", "nsr"} <= set(summary["unoptimised"])
+    printed = capsys.readouterr().out
+    assert "test reward:tool_calling" in printed and "nominated checkpoint" in printed
     # A second run replaces its own earlier output; a folder it did not make is refused.
     assert main(["quickstart", "--fast", "--output", str(out)]) == 0
     other = tmp_path / "mine"
