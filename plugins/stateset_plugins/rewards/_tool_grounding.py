@@ -315,6 +315,9 @@ class _Corpus:
 class ConversationFacts:
     """One conversation's messages as the tool checks read them, each derived once and only when asked."""
 
+    __slots__ = ("messages", "kind", "roles", "assistant_turns", "_texts", "_calls", "_outcomes", "_affirmed",
+                 "_corpora", "_grounded", "_by_name", "_canonicals")
+
     def __init__(self, messages: Sequence[Mapping[str, Any]], kind: Callable[[str], str]):
         self.messages = messages
         self.kind = kind

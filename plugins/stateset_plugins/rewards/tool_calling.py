@@ -303,6 +303,8 @@ def simply_valid(schema: Any, value: Any) -> bool:
 class _Seen:
     """Within one conversation: tool kinds, enum options and schema checks by tool name, and its facts."""
 
+    __slots__ = ("reward", "messages", "declared", "_kinds", "_enums", "_validators", "_shapes", "facts")
+
     def __init__(self, reward: ToolCallingReward, conversation: Mapping[str, Any]):
         self.reward = reward
         self.messages = conversation["messages"]
@@ -365,6 +367,9 @@ def _shape(tool: Mapping[str, Any] | None) -> tuple[Any, Mapping[str, Any] | Non
 
 class _ExpectedReplay:
     """Grading against expected calls: the conversation's calls replayed in order, consuming the expected ones."""
+
+    __slots__ = ("reward", "seen", "required", "lookups", "outstanding", "exact_done", "lookup_credit",
+                 "lookup_names", "lookups_grounded", "_normalised")
 
     def __init__(self, reward: ToolCallingReward, seen: _Seen, expected: list[Mapping[str, Any]]):
         self.reward, self.seen = reward, seen
