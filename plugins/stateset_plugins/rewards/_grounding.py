@@ -106,9 +106,10 @@ def mentioned_values(text: str, tokens: Sequence[str] | None = None,
                 out.append(f"d:{month:02d}-{day:02d}")
     if first_digit:
         _digit_values(text, out, days, first_digit.start())
-    # Tokens with a capital letter (a token not among the lower-cased ones): codes ("JFK") and names ("Mia").
-    for token in set(tokens).difference(lowered):
-        if len(token) >= 3 and token.isalpha():
+    # Tokens with a capital letter (a token not among the lower-cased ones): codes ("JFK") and names ("Mia"), in
+    # the order written (a set's order changes with the process's string hashing, and so would the reasons).
+    for token in dict.fromkeys(tokens):
+        if token not in lowered and len(token) >= 3 and token.isalpha():
             word = token.lower()
             if word not in _CALENDAR_WORDS and not known_word(word):
                 if token.isupper():
