@@ -334,7 +334,7 @@ class _Seen:
         if shape is None:
             shape = self._shapes[name] = _shape(self.declared.get(name))
         schema, properties, required = shape
-        if properties is not None and any(k not in properties for k in arguments):
+        if properties is not None and not properties.keys() >= arguments.keys():  # a key it does not declare
             unknown = sorted(str(k) for k in arguments if k not in properties)
             return f"{_NOT_ITS_ARGUMENTS[0]}: {', '.join(unknown)}"
         if required is not None:
