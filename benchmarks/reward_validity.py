@@ -58,6 +58,21 @@ def tau_records(data: Path, *, with_expected_calls: bool, trajectories: str = TR
     return records, labels
 
 
+def _revision() -> dict:
+    """The checkout measured: its commit, and the reward sources that differ from it (the rewards measured are the
+    working tree's)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        changed = git("status", "--porcelain", "--", "plugins/stateset_plugins/rewards", "kernel").splitlines()
+        return {"commit": git("rev-parse", "HEAD"), "uncommitted": sorted(line[3:] for line in changed)}
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "uncommitted": None}
+
+
 def _jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -211,7 +226,7 @@ def run(data: Path = DATA, output: Path | None = None, *, folds: int = FOLDS, se
                      "model_solutions.dev.jsonl": sha256_file(data / "gsm8k" / "model_solutions.dev.jsonl"),
                      "test.jsonl": sha256_file(data / "gsm8k" / "test.jsonl")},
             "policy": {"path": str(POLICY.relative_to(ROOT)), "sha256": sha256_file(POLICY)},
-            "stateset_agents": __version__, "python": platform.python_version(),
+            "stateset_agents": __version__, "python": platform.python_version(), "revision": _revision(),
         },
         "note": NOTE,
         "tau_airline": results,
