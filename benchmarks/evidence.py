@@ -134,10 +134,11 @@ def gate(records: Sequence[Mapping[str, Any]], test: str, output: Path) -> dict[
 
 
 def run(plan: Sequence[tuple[str, str, int]] = PLAN, *, fast: bool = False, work: Path | None = None,
-        output: Path | None = None, data_root: Path = DATA, log: Callable[[str], None] = _log) -> dict[str, Any]:
+        output: Path | None = None, data_root: Path = DATA, log: Callable[[str], None] = _log,
+        preset: Mapping[str, Any] | None = None) -> dict[str, Any]:
     from stateset_agents.pipeline.quickstart import FAST, FULL
 
-    preset = FAST if fast else FULL
+    preset = preset or (FAST if fast else FULL)
     output = Path(output or RESULTS)
     work = Path(work or default_work(fast))
     work.mkdir(parents=True, exist_ok=True)

@@ -30,10 +30,10 @@ RECIPE = "sft->grpo"
 #: from that parent with validation at each checkpoint. Eval answers run to the end token up to 128 new tokens
 #: (a tool call is ~30 tokens; a cut answer is a failed answer).
 FULL = {"base_model": None,
-        "sft": {"steps": 10, "config": {"batch_size": 4, "learning_rate": 1e-3, "max_prompt_tokens": 640,
-                                        "save_every": 10, "prompt_gradient": False}},
+        "sft": {"steps": 32, "config": {"batch_size": 4, "learning_rate": 1e-3, "max_prompt_tokens": 1024,
+                                        "save_every": 32, "prompt_gradient": False}},
         "grpo": {"steps": 4, "config": {"num_generations": 4, "batch_size": 2, "max_new_tokens": 48,
-                                        "learning_rate": 2e-5, "max_prompt_tokens": 640, "save_every": 2,
+                                        "learning_rate": 2e-5, "max_prompt_tokens": 1024, "save_every": 2,
                                         "keep_checkpoints": 2, "prompt_gradient": False}},
         "eval": {"max_new_tokens": 128}}
 #: `--fast`: a tiny random model, for a one-minute tour of the files (its numbers mean nothing).

@@ -91,22 +91,72 @@ def completion_logprobs(model, batch: Batch, temperature: float, *, hidden: bool
     return logp, out.hidden_states[-1][:, -(width + 1):-1, :]
 
 
-def _on_detached_prompt(model, batch: Batch, hidden: bool):
-    """The forward pass of the last C + 1 positions on a gradient-free cache of the prompt before them."""
-    cut = batch.prompt_width - 1  # the last prompt token predicts the first completion token: it runs with grad
-    ids, attn, pos = batch.input_ids, batch.attention_mask, batch.position_ids
-    first: dict[tuple[int, ...], int] = {}
-    rows = [first.setdefault(tuple(r), i) for i, r in enumerate(ids[:, :cut].tolist())]
-    uniq = sorted(first.values())
-    pick = torch.tensor(uniq, device=ids.device)
+#: A prefix every prompt of a batch shares (a system prompt and the tool declarations) is computed once when it is
+#: at least this long: below it the extra forward call costs more than it saves.
+COMMON_PREFIX_MIN_TOKENS = 32
+
+
+def common_prefix_length(prompts: list[list[int]]) -> int:
+    """Tokens every prompt starts with, leaving each prompt at least one token of its own."""
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    for n in range(max(limit, 0)):
+        if any(p[n] != first[n] for p in prompts[1:]):
+            return n
+    return max(limit, 0)
+
+
+def prefix_layout(prompts: list[list[int]], prefix: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows ``[shared prefix | padding | the rest of the prompt]``: the prefix's columns are alike in every row, so
+    its keys and values are computed once. Position ids from the mask (cumsum - 1) are the left-padded layout's."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, :prefix] = torch.tensor(p[:prefix], dtype=torch.long)
+        attn[i, :prefix] = 1
+        rest = p[prefix:]
+        ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
+        attn[i, width - len(rest):] = 1
+    return ids, attn
+
+
+def prefix_cache(model, prefix_ids: torch.Tensor, rows: int):
+    """The keys and values of one prefix, computed once without gradient and repeated to `rows` rows."""
     with torch.no_grad():
-        prefix = model(input_ids=ids[pick, :cut], attention_mask=attn[pick, :cut], position_ids=pos[pick, :cut],
-                       use_cache=True, logits_to_keep=1)
-    cache = prefix.cache
-    if len(uniq) != len(rows):
-        where = {r: k for k, r in enumerate(uniq)}
-        cache.batch_select_indices(torch.tensor([where[r] for r in rows], device=ids.device))
-    return model(input_ids=ids[:, cut:], attention_mask=attn, position_ids=pos[:, cut:], cache=cache,
+        out = model(input_ids=prefix_ids[None, :], use_cache=True, logits_to_keep=1)
+    cache = out.cache
+    cache.batch_select_indices(torch.zeros(rows, dtype=torch.long, device=prefix_ids.device))
+    return cache
+
+
+def _on_detached_prompt(model, batch: Batch, hidden: bool):
+    """The forward pass of the last C + 1 positions on a gradient-free cache of the prompt before them; the part
+    all prompts share is computed once."""
+    cut = batch.prompt_width - 1  # the last prompt token predicts the first completion token: it runs with grad
+    ids, attn = batch.input_ids, batch.attention_mask
+    prompts = [row[mask > 0].tolist() for row, mask in zip(ids[:, :cut], attn[:, :cut])]
+    n = len(prompts)
+    if all(p == prompts[0] for p in prompts):
+        shared = len(prompts[0])  # one prompt (a GRPO group): all of it is shared
+    else:
+        shared = common_prefix_length(prompts)
+        shared = shared if shared >= COMMON_PREFIX_MIN_TOKENS else 0
+    # the pad id is never attended to (mask 0), any id does
+    head_ids, head_attn = prefix_layout(prompts, shared, 0) if shared else (ids[:, :cut], attn[:, :cut])
+    head_ids, head_attn = head_ids.to(ids.device), head_attn.to(ids.device)
+    full_attn = torch.cat([head_attn, attn[:, cut:]], dim=1)
+    positions = (full_attn.cumsum(-1) - 1).clamp(min=0)
+    if shared:
+        cache = prefix_cache(model, head_ids[0, :shared], n)
+    else:
+        cache = None
+    if cut > shared:
+        with torch.no_grad():
+            out = model(input_ids=head_ids[:, shared:], attention_mask=full_attn[:, :cut],
+                        position_ids=positions[:, shared:cut], cache=cache, use_cache=True, logits_to_keep=1)
+        cache = out.cache
+    return model(input_ids=ids[:, cut:], attention_mask=full_attn, position_ids=positions[:, cut:], cache=cache,
                  use_cache=True, output_hidden_states=hidden)
 
 
@@ -328,11 +378,16 @@ class LocalTorchBackend:
         """transformers ``generate`` on the left-padded prompts: the new token ids [N, T] and, for each, the
         log-prob under the scores it was sampled from (after temperature) [N, T], on the CPU."""
         width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-            attn[i, width - len(p):] = 1
+        shared = common_prefix_length(prompts) if len(prompts) > 1 and len(set(map(tuple, prompts))) > 1 else 0
+        if shared >= COMMON_PREFIX_MIN_TOKENS:
+            ids, attn = prefix_layout(prompts, shared, self.pad_id)
+        else:
+            shared = 0
+            ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+            attn = torch.zeros_like(ids)
+            for i, p in enumerate(prompts):
+                ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
+                attn[i, width - len(p):] = 1
         sampling = temperature > 0
         recorder = _LogpRecorder(temperature if sampling else 1.0)
         kwargs: dict[str, Any] = {"do_sample": sampling, "max_new_tokens": max_new_tokens,
@@ -344,7 +399,10 @@ class LocalTorchBackend:
         if sampling:
             kwargs["temperature"] = temperature
         ids, attn = ids.to(self.device), attn.to(self.device)
-        cache = self._shared_prefill(prompts, ids, attn)
+        # a prefix all prompts share (system prompt, tool declarations) is computed once; else identical prompts
+        # (a GRPO group) share one prefill
+        cache = prefix_cache(self.model, ids[0, :shared], len(prompts)) if shared else \
+            self._shared_prefill(prompts, ids, attn)
         if cache is not None:
             kwargs["cache"] = cache
         out = self.model.generate(input_ids=ids, attention_mask=attn, **kwargs)
