@@ -64,11 +64,11 @@ def _revision() -> dict:
     import subprocess
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
     try:
         changed = git("status", "--porcelain", "--", "plugins/stateset_plugins/rewards", "kernel").splitlines()
-        return {"commit": git("rev-parse", "HEAD"), "uncommitted": sorted(line[3:] for line in changed)}
+        return {"commit": git("rev-parse", "HEAD").strip(), "uncommitted": sorted(line[3:] for line in changed)}
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "uncommitted": None}
 
