@@ -6,20 +6,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stateset_agents.components import assistant_turns
-
 POLICY_PATH = (Path(__file__).resolve().parents[2] / "plugins" / "stateset_plugins" / "rewards" / "policies"
                / "airline.yaml")
 
-#: What a conversation with no applicable turn scores (documented in docs/rewards.md): neutral.
-NO_APPLICABLE_TURN_SCORE = 0.5
-
-
-def conversation_score(reward, conversation) -> float:
-    """Mean of the applicable turns' scores; NO_APPLICABLE_TURN_SCORE when no turn applies."""
-    scores = [g.score for g in (reward.grade_turn(conversation, t) for t in assistant_turns(conversation))
-              if g.applicable]
-    return sum(scores) / len(scores) if scores else NO_APPLICABLE_TURN_SCORE
+from reward_builders import conversation_score
 
 
 @pytest.fixture(scope="session")

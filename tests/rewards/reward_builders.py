@@ -1,4 +1,16 @@
-"""Small builders for hand-written conversations in the reward tests."""
+"""Small builders for hand-written conversations in the reward tests, and conversation-level scoring (imported by
+name: `from conftest import` depends on which conftest loaded first)."""
+from stateset_agents.components import assistant_turns
+
+#: What a conversation with no applicable turn scores (documented in docs/rewards.md): neutral.
+NO_APPLICABLE_TURN_SCORE = 0.5
+
+
+def conversation_score(reward, conversation) -> float:
+    """Mean of the applicable turns' scores; NO_APPLICABLE_TURN_SCORE when no turn applies."""
+    scores = [g.score for g in (reward.grade_turn(conversation, t) for t in assistant_turns(conversation))
+              if g.applicable]
+    return sum(scores) / len(scores) if scores else NO_APPLICABLE_TURN_SCORE
 
 
 def user(text):

@@ -221,7 +221,7 @@ def test_metamorphic_broken_replies_score_below_real_ones_on_real_logs():
 
     from helpers.realdata import tau_log_records
 
-    from conftest import conversation_score
+    from reward_builders import conversation_score
 
     records = tau_log_records(with_expected_calls=False)
     reward = CustomerSupportReward()
