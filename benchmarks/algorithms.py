@@ -97,7 +97,7 @@ def run_one(algorithm: str, seed: int, steps: int, model_spec: str | None, budge
     from toy_rewards import DigitReward
 
     from stateset_plugins.trainers.api import TRAINERS
-    from stateset_plugins.trainers.evaluation import evaluate
+    from stateset_plugins.trainers.evaluation import EvalProtocol, evaluate
     from stateset_plugins.trainers.models import load_base_model
 
     reset = _reset_peak_rss()
@@ -116,7 +116,11 @@ def run_one(algorithm: str, seed: int, steps: int, model_spec: str | None, budge
     train_time = time.perf_counter() - started
     cases = [{"id": f"h{i}.{k}", "prompt": [{"role": "user", "content": p}], "tools": [], "metadata": {}}
              for k in range(EVAL_SAMPLES) for i, p in enumerate(HELD_OUT)]
-    ev = evaluate(trainer.backend, trainer.renderer, reward, cases, trainer.config)
+    # The matrix compares objectives on samples at the training temperature (EVAL_SAMPLES per prompt), scoring
+    # every answer as written: the same protocol it has always used, so earlier results stay comparable.
+    protocol = EvalProtocol(temperature=trainer.config.temperature, max_new_tokens=trainer.config.max_new_tokens,
+                            seed=trainer.config.seed, allow_truncation=True)
+    ev = evaluate(trainer.backend, trainer.renderer, reward, cases, protocol)
     n = len(HELD_OUT)
     per_prompt = {side: [statistics.fmean(ev["cases"][k * n + i][side]["score"] for k in range(EVAL_SAMPLES))
                          for i in range(n)] for side in ("base", "candidate")}
