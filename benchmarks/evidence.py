@@ -66,8 +66,9 @@ def prepare(data: str, work: Path, data_root: Path) -> dict[str, Any]:
     if data == "samples":
         run_ingest("openai", str(sample_path("support_logs.jsonl")), folder / "ingested")
         run_improve(folder / "ingested", REWARD, folder / "improved", held_out_fraction=0.0)
-        out = {"curated": str(folder / "improved" / "curated.jsonl"), "validation": str(sample_path("validation.jsonl")),
-               "test": str(sample_path("test.jsonl")), "policy": None}
+        out = {"curated": str(folder / "improved" / "curated.jsonl"),
+               "validation": str(sample_path("validation.jsonl")), "test": str(sample_path("test.jsonl")),
+               "policy": None}
     elif data == "tau-airline":
         logs = folder / "tau_logs.jsonl"  # derived in the work folder (outside the project), never committed
         logs.write_text("".join(json.dumps(r) + "\n" for r in tau_records(data_root / "tau-airline")))
@@ -136,9 +137,14 @@ def gate(records: Sequence[Mapping[str, Any]], test: str, output: Path) -> dict[
 def run(plan: Sequence[tuple[str, str, int]] = PLAN, *, fast: bool = False, work: Path | None = None,
         output: Path | None = None, data_root: Path = DATA, log: Callable[[str], None] = _log,
         preset: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    from stateset_agents.pipeline.quickstart import FAST, FULL
+    import torch
+
+    from stateset_agents.pipeline.quickstart import FAST, FULL, cpu_threads
 
     preset = preset or (FAST if fast else FULL)
+    threads = cpu_threads()
+    torch.set_num_threads(threads)
+    log(f"{threads} CPU thread(s); load average {os.getloadavg()[0]:.2f}")
     output = Path(output or RESULTS)
     work = Path(work or default_work(fast))
     work.mkdir(parents=True, exist_ok=True)
@@ -151,6 +157,7 @@ def run(plan: Sequence[tuple[str, str, int]] = PLAN, *, fast: bool = False, work
         decision = gate(records, files["test"], work / "gates" / data / recipe.replace("->", "-"))
         groups.append({"data": data, "recipe": recipe, "seeds": seeds, "runs": records, "gate": decision})
     report = {"model": preset["base_model"] or "SmolLM2-135M-Instruct (offline default, dequantised Q4_1)",
+              "cpu_threads": threads,
               "reward": REWARD, "preset": preset, "groups": groups, "seconds": round(time.time() - started, 1),
               "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     name = "evidence_fast" if fast else "evidence"

