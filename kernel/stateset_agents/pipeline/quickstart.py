@@ -261,7 +261,7 @@ def write_next_steps(result: QuickstartResult, preset: Mapping[str, Any], valida
         f"--config {configs / 'grpo.json'} --init-adapter {again / 'sft' / 'adapter'} --eval-prompts {validation} "
         f"--eval-max-new-tokens {tokens} --output {again / 'grpo'}",
         f"    stateset-agents nominate {again / 'grpo'} --checkpoint K",
-        f"    stateset-agents evaluate --run {again / 'grpo'} --split test --prompts {test} --reward {REWARD} "
+        f"    stateset-agents evaluate --run {again / 'grpo'} --split test --prompts {test} --reward {REWARD}{model} "
         f"--max-new-tokens {tokens}", "",
         f"K is the checkpoint `selection.best_on_validation` names in {again / 'grpo' / 'manifest.json'}. Across "
         "seeds, with the gate: `stateset-agents benchmark evidence` (from a source checkout).", ""]
