@@ -94,6 +94,8 @@ def completion_logprobs(model, batch: Batch, temperature: float, *, hidden: bool
 #: A prefix every prompt of a batch shares (a system prompt and the tool declarations) is computed once when it is
 #: at least this long: below it the extra forward call costs more than it saves.
 COMMON_PREFIX_MIN_TOKENS = 32
+#: Rows one `generate` call answers on a CPU (a GRPO batch fits in one; an evaluation of 40 cases takes three).
+GENERATE_ROWS_CPU = 16
 
 
 def common_prefix_length(prompts: list[list[int]]) -> int:
@@ -364,11 +366,17 @@ class LocalTorchBackend:
         if self.rollout is not None:
             return self.rollout.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                                          adapter=adapter, version=self.policy_version)
-        # inference mode: nothing sampled here is ever differentiated (the update recomputes what it needs)
+        # inference mode: nothing sampled here is ever differentiated (the update recomputes what it needs); on a
+        # CPU, at most GENERATE_ROWS_CPU rows at a time: the KV cache of 40 support prompts is over a GB
+        rows = GENERATE_ROWS_CPU if self.device.type == "cpu" else len(prompts)
+        chunks = []
         with torch.inference_mode(), self._adapter(adapter):
-            new, logps = self._sample(prompts, max_new_tokens=max_new_tokens, temperature=temperature)
+            for start in range(0, len(prompts), rows):
+                chunks.append(self._sample(prompts[start:start + rows], max_new_tokens=max_new_tokens,
+                                           temperature=temperature))
         result = []
-        for row, lp in zip(new.tolist(), logps.tolist()):
+        pairs = [(row, lp) for new, logps in chunks for row, lp in zip(new.tolist(), logps.tolist())]
+        for row, lp in pairs:
             end = next((k for k, tok in enumerate(row) if tok in self.eos_ids), None)
             keep = len(row) if end is None else end + 1
             result.append(Generation(ids=row[:keep], logps=lp[:keep], truncated=end is None))
