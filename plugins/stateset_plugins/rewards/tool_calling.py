@@ -121,7 +121,7 @@ def _mean(values: Sequence[float]) -> float:
 
 class ToolCallingReward(Reward):
     name = "tool_calling"
-    version = "2.0.0"
+    version = "2.1.0"
     config_schema = {
         "type": "object",
         "properties": {
@@ -426,9 +426,15 @@ class _ExpectedReplay:
             else:
                 if candidates or name in self.lookup_names:
                     actual = normalise(arguments, self.reward._ordered)
-                    self._credit_lookups(name, actual)
+                    looked_up = self._credit_lookups(name, actual)
                     if candidates:
                         self._match(turn, call, actual, candidates, verdict)
+                    elif looked_up is not None:
+                        # Where only lookups are expected, the lookup is the answer's first step: its own turn is
+                        # judged (and so can be curated), as a write's would be.
+                        verdict.update(score=1.0 if looked_up == 1.0 else NAME_ONLY_CREDIT * looked_up,
+                                       match="expected lookup" if looked_up == 1.0 else
+                                       f"lookup arguments agree {looked_up:.0%}")
                 if not candidates and kind == "write":
                     verdict.update(score=0.0, match="unexpected write")
                 if verdict["match"] != "expected call":
@@ -453,10 +459,16 @@ class _ExpectedReplay:
                 # a wrong write used up its slot; an error changed nothing, so a retry may fix it
                 self.outstanding.remove(index)
 
-    def _credit_lookups(self, name: str, actual: Any) -> None:
+    def _credit_lookups(self, name: str, actual: Any) -> float | None:
+        """Credit the expected lookups of this name still short of an exact match; the best agreement this call
+        reached with one of them, or None when none was outstanding (a lookup made again earns nothing new)."""
+        best = None
         for i, lookup in enumerate(self.lookups):
             if lookup.get("name") == name and self.lookup_credit[i] < 1.0:
-                self.lookup_credit[i] = max(self.lookup_credit[i], _agreement(actual, self._expected("lookups", i)))
+                agreement = _agreement(actual, self._expected("lookups", i))
+                self.lookup_credit[i] = max(self.lookup_credit[i], agreement)
+                best = agreement if best is None else max(best, agreement)
+        return best
 
     def _check_conduct(self, turn: int, call: Mapping[str, Any], arguments: Mapping[str, Any],
                        verdict: dict[str, Any]) -> None:
