@@ -122,9 +122,8 @@ def evaluate(
     reward_runtime: str = typer.Option("inprocess", "--reward-runtime", help="Where the reward runs."),
 ):
     """Paired held-out evaluation: base model vs adapter on the same cases, one protocol and one reward."""
-    from ..errors import InputError, StatesetError
+    from ..errors import InputError
     from ..pipeline import nomination as nom
-    from ..runtimes import load_component
 
     if replay is not None:
         _judge_replay(replay, runtime)
@@ -156,17 +155,7 @@ def evaluate(
                "reward_config": reward_config, "reward_runtime": reward_runtime, "output": str(output),
                "base_model": base_model, "dataset": str(dataset) if dataset else None, "drop_overlap": drop_overlap,
                "protocol": _protocol(samples, temperature, max_new_tokens, seed, allow_truncation), "split": split}
-    last: dict[str, Any] = {}
-    with load_component("evaluator:paired", runtime=runtime) as evaluator, _progress() as progress:
-        task = progress.add_task("evaluating", total=None)
-        for event in evaluator.run(request):
-            last = event
-            if event.get("type") == "progress":
-                progress.update(task, completed=event["step"], total=event["total"])
-            elif event.get("type") == "log":
-                err_console.print(event.get("message", ""), highlight=False)
-    if last.get("type") != "completed":
-        raise StatesetError(f"evaluation failed: {last.get('message') or 'no completed event'}")
+    last = _run_evaluator("evaluator:paired", request, runtime, "evaluating", "evaluation")
     title = "paired evaluation (descriptive: one run)"
     if nominated is not None:
         look = nom.record_test_look(run, nominated, Path(last["output"]), last["results"], again=again)
@@ -178,18 +167,26 @@ def evaluate(
 
 
 def _run_judge(request: dict[str, Any], runtime: str) -> dict[str, Any]:
+    return _run_evaluator("evaluator:judge", request, runtime, "judging", "judging")
+
+
+def _run_evaluator(component: str, request: dict[str, Any], runtime: str, doing: str,
+                   what: str) -> dict[str, Any]:
+    """Run an evaluator with a progress bar (its log events printed); its completed event, or an error."""
     from ..errors import StatesetError
     from ..runtimes import load_component
 
     last: dict[str, Any] = {}
-    with load_component("evaluator:judge", runtime=runtime) as evaluator, _progress() as progress:
-        task = progress.add_task("judging", total=None)
+    with load_component(component, runtime=runtime) as evaluator, _progress() as progress:
+        task = progress.add_task(doing, total=None)
         for event in evaluator.run(request):
             last = event
             if event.get("type") == "progress":
                 progress.update(task, completed=event["step"], total=event["total"])
+            elif event.get("type") == "log":
+                err_console.print(event.get("message", ""), highlight=False)
     if last.get("type") != "completed":
-        raise StatesetError(f"judging failed: {last.get('message') or 'no completed event'}")
+        raise StatesetError(f"{what} failed: {last.get('message') or 'no completed event'}")
     return last
 
 
