@@ -9,7 +9,7 @@ from typing import Any, List, Optional
 import typer
 
 from .app import app, console, err_console
-from .options import REWARD_FILE_HELP, reward_and_config
+from .options import REWARD_FILE_HELP, eval_protocol, reward_and_config
 from ..formatting import fmt as _fmt
 
 
@@ -18,19 +18,6 @@ from ..formatting import fmt as _fmt
 def _decoding(temperature, max_new_tokens, seed) -> dict[str, Any]:
     return {k: v for k, v in (("temperature", temperature), ("max_new_tokens", max_new_tokens), ("seed", seed))
             if v is not None}
-
-
-def _protocol(samples, temperature, max_new_tokens, seed, allow_truncation) -> dict[str, Any]:
-    """The evaluation protocol flags (greedy unless --samples K --temperature T); a contradiction fails here, before
-    a model loads (the evaluator checks the whole protocol again)."""
-    from ..errors import InputError
-
-    if samples is not None and samples > 1 and not (temperature or 0) > 0:
-        raise InputError(f"{samples} samples per case need --temperature > 0 (greedy answers are all alike)",
-                         field="temperature")
-    values = {"samples": samples, "temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed,
-              "allow_truncation": allow_truncation or None}
-    return {k: v for k, v in values.items() if v is not None}
 
 
 def _progress():
@@ -154,7 +141,7 @@ def evaluate(
     request = {"adapter": str(adapter), "prompts": str(prompts), "reward": reward,
                "reward_config": reward_config, "reward_runtime": reward_runtime, "output": str(output),
                "base_model": base_model, "dataset": str(dataset) if dataset else None, "drop_overlap": drop_overlap,
-               "protocol": _protocol(samples, temperature, max_new_tokens, seed, allow_truncation), "split": split}
+               "protocol": eval_protocol(samples, temperature, max_new_tokens, seed, allow_truncation), "split": split}
     last = _run_evaluator("evaluator:paired", request, runtime, "evaluating", "evaluation")
     title = "paired evaluation (descriptive: one run)"
     if nominated is not None:

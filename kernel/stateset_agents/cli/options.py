@@ -20,3 +20,16 @@ def reward_and_config(reward: Optional[str], policy: Optional[Path], reward_file
     if required and not reward:
         raise InputError("name the reward with --reward (or --reward-config)", field="reward")
     return reward, config
+
+
+def eval_protocol(samples, temperature, max_new_tokens, seed=None, allow_truncation=False) -> dict[str, Any]:
+    """The evaluation protocol flags (greedy unless --samples K --temperature T); a contradiction fails here, before
+    a model loads (the evaluator checks the whole protocol again)."""
+    from ..errors import InputError
+
+    if samples is not None and samples > 1 and not (temperature or 0) > 0:
+        raise InputError(f"{samples} samples per case need --temperature > 0 (greedy answers are all alike)",
+                         field="temperature")
+    values = {"samples": samples, "temperature": temperature, "max_new_tokens": max_new_tokens, "seed": seed,
+              "allow_truncation": allow_truncation or None}
+    return {k: v for k, v in values.items() if v is not None}

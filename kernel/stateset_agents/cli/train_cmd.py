@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 
 from .app import app, console, err_console
-from .options import REWARD_FILE_HELP, reward_and_config
+from .options import REWARD_FILE_HELP, eval_protocol, reward_and_config
 from ..formatting import fmt as _fmt
 
 ALGORITHMS = ("sft", "grpo", "multi_turn_grpo", "gspo", "dapo", "gepo", "vapo", "ppo", "rlaif", "cispo")
@@ -102,9 +102,8 @@ def train(
                "output": str(output), "steps": steps, "seed": seed, "save_every": save_every,
                "config": config_values, "resume": resume, "overwrite": overwrite,
                "drop_overlap": drop_overlap, "init_adapter": str(init_adapter) if init_adapter else None,
-               "eval": {k: v for k, v in (("samples", samples), ("temperature", eval_temperature),
-                                          ("max_new_tokens", eval_max_new_tokens),
-                                          ("allow_truncation", allow_truncation or None)) if v is not None}}
+               "eval": eval_protocol(samples, eval_temperature, eval_max_new_tokens,
+                                     allow_truncation=allow_truncation)}
     last: dict[str, Any] = {}
     first_reward = last_reward = None
     with load_component(f"trainer:{algorithm}", runtime="inprocess") as trainer:
