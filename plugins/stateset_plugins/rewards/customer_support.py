@@ -18,7 +18,7 @@ from stateset_agents import Reward, TurnGrade
 
 from ._grounding import GroundingIndex, mentioned_values
 from ._language import TextShape, stems, tokenise
-from ._text import Phrases, affirmed, last_message, message_text, tool_calls
+from ._text import AFFIRM, NEGATE, Phrases, affirmed, last_message, message_text, tool_calls
 from ._tools import call_outcome, declared_tools, tool_kind
 
 _LEXICON = Path(__file__).resolve().parent / "data" / "abusive_language.json"
@@ -66,9 +66,8 @@ DEFAULT_PHRASES: dict[str, tuple[str, ...]] = {
                    "official website", "customer service department", "reach out again", "come back", "mix-up",
                    "confusion", "misunderstanding", "discrepancy"),
     # The user's explicit go-ahead for a state-changing action ("no"/"wait" before it cancels it).
-    "affirm": ("yes", "yeah", "yep", "confirm", "confirmed", "proceed", "go ahead", "please do", "do it",
-               "sounds good", "that's correct", "that is correct", "looks good", "looks correct"),
-    "negate": ("no", "not yet", "don't", "do not", "wait", "hold on"),
+    "affirm": AFFIRM,  # the user's yes and no: one list, shared with tool_calling
+    "negate": NEGATE,
     # The user says the agent got something wrong: a sign an earlier reply or action missed.
     "correction": ("misunderstanding", "mix-up", "mixup", "confusion", "confused", "that's not what", "that is not what",
                    "not what i asked", "not what i wanted", "i didn't ask", "i did not ask", "you misunderstood",
