@@ -7,7 +7,7 @@ import json
 import datasets
 import pytest
 
-from helpers.realdata import tau_log_records
+from tests.helpers.realdata import tau_log_records
 from improve_helpers import chat, write_transcripts
 from stateset_agents.cli import main
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from helpers.realdata import tau_log_records
+from tests.helpers.realdata import tau_log_records
 from stateset_agents.pipeline.ingest import run_ingest
 
 from .logs import (

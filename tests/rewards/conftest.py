@@ -20,7 +20,7 @@ def airline_policy() -> dict:
 @pytest.fixture(scope="session")
 def score_auc():
     """reward, records -> (ROC AUC of conversation score vs the success label, {id: score})."""
-    from helpers.realdata import tau_labels
+    from tests.helpers.realdata import tau_labels
     from stateset_agents.stats import roc_auc
 
     labels = tau_labels()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.realdata import tau_log_records
+from tests.helpers.realdata import tau_log_records
 from stateset_agents import GradeItem
 from stateset_agents.components import assistant_turns
 from stateset_agents.runtimes import load_component

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers.realdata import tau_log_records
+from tests.helpers.realdata import tau_log_records
 from stateset_agents.pipeline.robustness import robustness_report
 from stateset_agents.runtimes import load_component
 

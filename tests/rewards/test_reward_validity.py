@@ -139,7 +139,7 @@ def policy():
 
 
 def test_benchmark_reads_the_data_as_the_test_helpers_do(benchmark):
-    from helpers.realdata import SHARED, tau_labels, tau_log_records
+    from tests.helpers.realdata import SHARED, tau_labels, tau_log_records
 
     for expected in (True, False):
         records, labels = benchmark.tau_records(SHARED, with_expected_calls=expected)
@@ -149,7 +149,7 @@ def test_benchmark_reads_the_data_as_the_test_helpers_do(benchmark):
 
 @pytest.mark.parametrize("setting", list(MEASURED))
 def test_out_of_fold_auc_holds(benchmark, policy, setting):
-    from helpers.realdata import SHARED
+    from tests.helpers.realdata import SHARED
 
     label, reward, with_policy, expected = next(s for s in benchmark.SETTINGS if s[0] == setting)
     shipped, calibrated = MEASURED[setting]

@@ -111,7 +111,7 @@ def test_lookup_only_turns_are_not_applicable_and_vocabulary_is_configurable():
 
 
 def test_real_tau_airline_auc_beats_length_baseline(score_auc):
-    from helpers.realdata import tau_labels, tau_log_records
+    from tests.helpers.realdata import tau_labels, tau_log_records
     from stateset_agents.stats import roc_auc
 
     records = tau_log_records(with_expected_calls=False)
@@ -219,7 +219,7 @@ def test_metamorphic_broken_replies_score_below_real_ones_on_real_logs():
     import random
     import re
 
-    from helpers.realdata import tau_log_records
+    from tests.helpers.realdata import tau_log_records
 
     from reward_builders import conversation_score
 

@@ -47,7 +47,7 @@ def test_reference_from_config_and_not_applicable_cases():
 
 
 def test_agrees_with_is_correct_on_all_real_solutions():
-    from helpers.realdata import gsm8k_solutions
+    from tests.helpers.realdata import gsm8k_solutions
 
     rows = gsm8k_solutions()
     keys = ("6b_finetuning", "6b_verification", "175b_finetuning", "175b_verification")
@@ -66,7 +66,7 @@ def test_improve_through_a_plugin_writes_what_in_process_writes_on_a_mixed_log(t
     files `improve` writes are byte for byte the in-process ones, and a key spelt with escapes is still found."""
     import orjson
 
-    from helpers.realdata import gsm8k_solutions, tau_log_records
+    from tests.helpers.realdata import gsm8k_solutions, tau_log_records
     from stateset_agents.pipeline.improve import run_improve
 
     lines = []

@@ -117,7 +117,7 @@ def test_airline_policy_basic_economy_and_policy_edit(airline_policy):
 
 
 def test_real_tau_airline_auc(airline_policy, score_auc):
-    from helpers.realdata import tau_log_records
+    from tests.helpers.realdata import tau_log_records
 
     auc, _ = score_auc(NSRReward({"policy": airline_policy}), tau_log_records(with_expected_calls=False))
     print(f"\nnsr (airline policy) ROC AUC on tau-airline dev: {auc:.3f}")
@@ -129,7 +129,7 @@ def test_real_tau_airline_auc(airline_policy, score_auc):
 def test_real_tau_airline_scoring_is_chosen_out_of_fold(airline_policy, score_auc):
     """The scoring rule is a fitted choice: chosen on the training folds (grouped by task, stratified so that each
     holds successes), judged on the held-out fold. The pooled out-of-fold AUC is the figure docs/rewards.md shows."""
-    from helpers.realdata import tau_labels, tau_log_records
+    from tests.helpers.realdata import tau_labels, tau_log_records
     from stateset_agents.stats import grouped_stratified_folds, out_of_fold_auc, roc_auc
 
     records, labels = tau_log_records(with_expected_calls=False), tau_labels()

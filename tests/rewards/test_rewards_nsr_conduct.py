@@ -232,7 +232,7 @@ def test_airline_no_write_repeated_unchanged(airline_policy):
 
 
 def test_airline_calls_fit_the_declared_tools(airline_policy):
-    from helpers.realdata import tau_tools
+    from tests.helpers.realdata import tau_tools
 
     key = "calls-fit-their-declaration@update_reservation_baggages"
     conv = _change_conversation(_SAME_FLIGHTS)

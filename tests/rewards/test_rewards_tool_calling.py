@@ -141,7 +141,7 @@ def test_invalid_json_and_invented_tools_also_fail_with_expected_calls():
 
 
 def test_real_tau_airline_auc(score_auc):
-    from helpers.realdata import tau_log_records
+    from tests.helpers.realdata import tau_log_records
 
     reward = ToolCallingReward()
     with_expected, _ = score_auc(reward, tau_log_records(with_expected_calls=True))
@@ -331,7 +331,7 @@ def test_breakdown_keeps_numeric_checks_at_the_top_level_and_the_version_moved()
 
 
 def test_grade_conversation_equals_grading_turn_by_turn_on_real_logs():
-    from helpers.realdata import tau_log_records
+    from tests.helpers.realdata import tau_log_records
     from stateset_agents.components import assistant_turns
 
     reward = ToolCallingReward()
@@ -481,7 +481,7 @@ def win_rate(reward, records, breakage, seed=0):
 
 
 def test_broken_copies_of_real_logs_score_lower():
-    from helpers.realdata import tau_log_records
+    from tests.helpers.realdata import tau_log_records
 
     reward = ToolCallingReward()
     for expected in (True, False):
