@@ -1,11 +1,12 @@
-"""`plugins list` and `plugin serve`."""
+"""`plugins list`, `plugins check` and `plugin serve`."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import typer
 
-from .app import console, plugin_app, plugins_app
+from .app import console, err_console, plugin_app, plugins_app
 
 
 @plugins_app.command("list")
@@ -43,6 +44,62 @@ def plugins_list(
     console.print(table)
     for plugin, error in registry.load_errors.items():
         console.print(f"[red]plugin {plugin} failed to load:[/] {error}")
+
+
+def _component_config(path):
+    """A component configuration file: a YAML or JSON mapping."""
+    import yaml
+
+    from ..errors import InputError
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("config file not found", path=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"cannot parse the config: {exc}", path=str(path)) from None
+    if not isinstance(data, dict):
+        raise InputError("a component's config must be a mapping", path=str(path))
+    return data
+
+
+@plugins_app.command("check")
+def plugins_check(
+    component: str = typer.Argument(..., help="KIND:NAME (or a unique NAME) of an installed component."),
+    runtime: list[str] = typer.Option(None, "--runtime", help="inprocess, subprocess or container (repeatable); "
+                                                              "default: every runtime available here."),
+    config_file: Path = typer.Option(None, "--config", help="The component's config (YAML/JSON); default: its "
+                                                            "example_config()."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+):
+    """Run the conformance suite against one installed component in each runtime, and print what fails. Exit
+    status 1 when anything fails. It never spends money: providers are only asked for quotes and about runs that
+    do not exist."""
+    from ..conformance import check_component, checks_for
+    from ..registry import get_registry
+
+    spec = get_registry().resolve(component)
+    config = _component_config(config_file) if config_file else None
+    results = check_component(spec, runtime or None, config=config)
+    failed = [r for r in results if not r.passed]
+    if as_json:
+        import orjson
+
+        sys.stdout.write(orjson.dumps({"component": spec.full_name, "passed": not failed,
+                                       "results": [r.as_dict() for r in results]},
+                                      option=orjson.OPT_INDENT_2).decode() + "\n")
+        raise typer.Exit(1 if failed else 0)
+    docs = {c.name: c.doc for c in checks_for(spec.kind)}
+    for r in results:
+        mark = "[green]pass[/]" if r.passed else "[red]FAIL[/]"
+        console.print(f"{mark} {r.runtime:<10} {r.check:<24} {r.detail or docs.get(r.check, '')}", highlight=False,
+                      soft_wrap=True)
+    runtimes = ", ".join(dict.fromkeys(r.runtime for r in results))
+    if failed:
+        err_console.print(f"[red]{spec.full_name}: {len(failed)} of {len(results)} checks failed[/] ({runtimes})",
+                          highlight=False)
+        raise typer.Exit(1)
+    console.print(f"{spec.full_name}: all {len(results)} checks passed ({runtimes})", highlight=False)
 
 
 @plugin_app.command("serve")
