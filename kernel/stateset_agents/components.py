@@ -284,6 +284,13 @@ class StreamingComponent(Component):
 class Trainer(StreamingComponent):
     kind = "trainer"
 
+    @classmethod
+    def python_api(cls) -> dict[str, Any]:
+        """Names `stateset_agents.training.<name>_trainer` exports for this trainer (its Python classes beside the
+        component, e.g. ``GSPOTrainer``, ``GSPOConfig``, ``train_with_gspo``). Called on first use of that module;
+        none by default."""
+        return {}
+
 
 class Evaluator(StreamingComponent):
     kind = "evaluator"

@@ -18,13 +18,12 @@ def prepared(backend, batch, cfg, obj, rewards):
     batch.rewards = torch.tensor(rewards)
     batch.advantages = obj.advantages(batch.rewards, batch.group_size, cfg)
     batch.ref_logp = backend.logprobs(batch, temperature=cfg.temperature, reference=True)
-    if hasattr(obj, "prepare"):
-        obj.prepare(batch, backend, cfg)
+    obj.prepare(batch, backend, cfg)  # critics: values and GAE; a no-op otherwise
     return batch
 
 
 def update(backend, batch, cfg, obj):
-    critic = getattr(obj, "VALUE_HEAD", False)
+    critic = obj.value_head
     backend.forward_backward(batch, lambda new, b, *v: obj.loss(new, b, cfg, *v), temperature=cfg.temperature,
                              values=critic)
     backend.optimizer_step()
@@ -106,7 +105,7 @@ def test_stop_then_resume_matches_an_uninterrupted_run(make_trainer, tmp_path, a
     a = (tmp_path / "full" / "adapter" / "adapter_model.safetensors").read_bytes()
     b = (tmp_path / "cut" / "adapter" / "adapter_model.safetensors").read_bytes()
     assert a == b
-    if getattr(get_objective(algo), "VALUE_HEAD", False):
+    if get_objective(algo).value_head:
         assert torch.equal(full.backend.value_head.weight, resumed.backend.value_head.weight)
     if algo == "rlaif":  # the resumed run re-read the verdicts of update 1 from the cache, never re-asking
         assert resumed.reward.calls < full.reward.calls

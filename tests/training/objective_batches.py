@@ -43,7 +43,7 @@ def rollout_batch(model, tokenizer, algo, n_prompts=2, g=4, **overrides):
     values = {"num_generations": g, "max_new_tokens": 8, "temperature": 0.8, "learning_rate": 1e-3, **overrides}
     cfg = obj.Config(**({**JUDGE, **values} if algo == "rlaif" else values))
     torch.manual_seed(0)
-    backend = LocalTorchBackend(model, tokenizer, cfg, value_head=getattr(obj, "VALUE_HEAD", False))
+    backend = LocalTorchBackend(model, tokenizer, cfg, value_head=obj.value_head)
     renderer = ChatRenderer(tokenizer, 64)
     prompts = [renderer.prompt_ids([{"role": "user", "content": t}], None) for t in ("hello", "my order A1 is late")]
     gens = backend.generate([p for p in prompts[:n_prompts] for _ in range(g)], max_new_tokens=8, temperature=0.8)

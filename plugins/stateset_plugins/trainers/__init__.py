@@ -1,30 +1,19 @@
 """First-party trainers: one engine (`engine`), objectives (`objectives/`), one backend seam (`backend`).
 
-Registered by lazy "module:attr" paths, because this module is imported by `plugins list` and must not import torch.
+Each objective is registered as `trainer:NAME` by its lazy "module:attr" path (`objectives.FIRST_PARTY`), because
+this module is imported by `plugins list` and must not import torch. A third party's objective registers the same
+way (`objectives.register_objective`).
 """
 from __future__ import annotations
 
 from stateset_agents import hookimpl
 
-from ._version import CAPABILITIES, VERSION
-
-_COMPONENTS = {
-    "sft": "SFTComponent",
-    "grpo": "GRPOComponent",
-    "multi_turn_grpo": "MultiTurnGRPOComponent",
-    "gspo": "GSPOComponent",
-    "dapo": "DAPOComponent",
-    "gepo": "GEPOComponent",
-    "vapo": "VAPOComponent",
-    "ppo": "PPOComponent",
-    "rlaif": "RLAIFComponent",
-    "cispo": "CISPOComponent",
-}
+from ._version import VERSION
+from .objectives import FIRST_PARTY, register_objective
 
 
 @hookimpl
 def register_trainers(register):
-    for name, cls in _COMPONENTS.items():
-        register(f"stateset_plugins.trainers.components:{cls}", name=name, version=VERSION,
-                 requires=["torch", "transformers", "peft"], install="pip install 'stateset-agents[train]'",
-                 capabilities=CAPABILITIES)
+    for name, (target, capabilities) in FIRST_PARTY.items():
+        register_objective(register, f"{__name__}.objectives.{target}", name=name, version=VERSION,
+                           capabilities=capabilities)

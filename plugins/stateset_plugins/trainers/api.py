@@ -1,4 +1,5 @@
-"""The Python face: one trainer class per objective, all on the shared engine.
+"""The Python face: one trainer class per objective, made from the objective (`trainer_class`), all on the shared
+engine. `stateset_agents.training.NAME_trainer` exports each (see `Objective.python_api`).
 
     from stateset_agents import GRPOTrainer
     trainer = GRPOTrainer(model, tokenizer, reward=my_reward, dataset="improved/curated.jsonl",
@@ -10,10 +11,11 @@ then completed or failed).
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import uuid
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 from stateset_agents.errors import InputError, StatesetError
 from stateset_agents.jsonio import load_json, sha256_file, write_json
@@ -23,7 +25,7 @@ from .data import ChatRenderer, Dataset, load_dataset
 from .engine import Engine
 from .evaluation import EvalProtocol, evaluate, load_eval_prompts
 from .manifest import write_manifest
-from .objectives import get_objective
+from .objectives import Objective, objective_class, objective_names
 from .parent import InitAdapter
 from .rundir import RunDir, seed_everything
 from .selection import CheckpointValidator, best_step, checkpoint_table, read_records, truncate_records
@@ -42,14 +44,15 @@ class TrainingFailed(StatesetError):
         super().__init__(f"training failed ({event.get('reason')}): {event.get('message')}")
 
 
-def make_config(algorithm: str, config: Any):
-    cls = get_objective(algorithm).Config
+def make_config(objective: Objective | type[Objective], config: Any):
+    """The objective's config from None (its defaults), a mapping of its fields, or an instance of its class."""
+    cls = objective.Config
     if config is None:
         return cls()
     if isinstance(config, Mapping):
         return cls.from_dict(config)
     if type(config) is not cls:
-        raise InputError(f"{algorithm} takes a {cls.__module__}.Config, got {type(config).__name__}")
+        raise InputError(f"{objective.name} takes a {cls.__module__}.{cls.__qualname__}, got {type(config).__name__}")
     return config
 
 
@@ -59,6 +62,9 @@ def _differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[s
 
 
 class BaseTrainer:
+    """The trainer of one objective; `trainer_class` makes the subclass of each (``GRPOTrainer``, ...)."""
+
+    objective_class: ClassVar[type[Objective]]
     algorithm: ClassVar[str] = ""
 
     def __init__(self, model, tokenizer, reward=None, dataset=None, config=None, *, output_dir=None,
@@ -66,8 +72,8 @@ class BaseTrainer:
                  backend=None, handle_signals: bool = False, stop: threading.Event | None = None,
                  drop_overlap: bool = False, eval_protocol: EvalProtocol | Mapping[str, Any] | None = None,
                  validate_checkpoints: bool = True, init_adapter: str | None = None):
-        self.objective = get_objective(self.algorithm)
-        self.config = make_config(self.algorithm, config)
+        self.objective = self.objective_class()
+        self.config = make_config(self.objective, config)
         if dataset is None:
             raise InputError("a dataset is required")
         self.dataset = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
@@ -99,7 +105,7 @@ class BaseTrainer:
         self.run_id = uuid.uuid4().hex
         self.started_at = time.time()
         seed_everything(self.config.seed)  # before the LoRA weights are initialised
-        value_head = getattr(self.objective, "VALUE_HEAD", False)
+        value_head = self.objective.value_head
         if isinstance(backend, Mapping):  # a request's {"kind": "river", ...}: a hosted backend
             from .river_backend import backend_from_spec
 
@@ -123,7 +129,12 @@ class BaseTrainer:
             self.parent.load_into(self.backend)
 
     def _make_reward(self, reward):
-        return reward
+        if not self.objective.builds_reward:
+            return reward
+        if reward is not None:
+            raise InputError(f"{self.algorithm} builds its reward from its config (rlaif: judge_model or judge_url), "
+                             "not from a reward")
+        return self.objective.build_reward(self.config, self.run_dir)
 
     @property
     def model(self):
@@ -230,63 +241,53 @@ class BaseTrainer:
         return last
 
 
-class SFTTrainer(BaseTrainer):
-    algorithm = "sft"
+@functools.lru_cache(maxsize=None)  # one class per objective, so `isinstance` and resume see the same class
+def trainer_class(objective: type[Objective]) -> type[BaseTrainer]:
+    """``<Stem>Trainer`` of an `Objective` subclass: the shared trainer with that objective."""
+    name = f"{objective.class_stem()}Trainer"
+    doc = (f"Trains with {objective.name} on the shared engine; `{objective.class_stem()}Config` holds its fields."
+           f"\n\n{objective.__doc__ or ''}").strip()
+    return type(name, (BaseTrainer,), {"objective_class": objective, "algorithm": objective.name, "__doc__": doc,
+                                        "__module__": objective.__module__, "__qualname__": name})
 
 
-class GRPOTrainer(BaseTrainer):
-    algorithm = "grpo"
+@functools.lru_cache(maxsize=None)
+def train_with(objective: type[Objective]) -> Callable[..., BaseTrainer]:
+    """``train_with_<name>(model, tokenizer, dataset, reward, config=None, **kwargs)``: train, return the trainer."""
+    trainer = trainer_class(objective)
+
+    def train(model, tokenizer, dataset, reward, config=None, **kwargs) -> BaseTrainer:
+        run = trainer(model, tokenizer, reward=reward, dataset=dataset, config=config, **kwargs)
+        run.train()
+        return run
+
+    train.__name__ = train.__qualname__ = f"train_with_{objective.name}"
+    train.__doc__ = f"Train with {objective.name} and return the trainer (its `.model` holds the adapter)."
+    return train
 
 
-class GSPOTrainer(BaseTrainer):
-    algorithm = "gspo"
+class _Trainers(Mapping):
+    """``TRAINERS[name]``: the trainer class of every registered objective (first-party or a plugin's)."""
+
+    def __getitem__(self, name: str) -> type[BaseTrainer]:
+        if name not in objective_names():
+            raise KeyError(name)
+        return trainer_class(objective_class(name))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(objective_names())
+
+    def __len__(self) -> int:
+        return len(objective_names())
 
 
-class DAPOTrainer(BaseTrainer):
-    algorithm = "dapo"
+TRAINERS: Mapping[str, type[BaseTrainer]] = _Trainers()
 
 
-class MultiTurnGRPOTrainer(BaseTrainer):
-    algorithm = "multi_turn_grpo"
-
-
-class GEPOTrainer(BaseTrainer):
-    algorithm = "gepo"
-
-
-class VAPOTrainer(BaseTrainer):
-    algorithm = "vapo"
-
-
-class PPOTrainer(BaseTrainer):
-    algorithm = "ppo"
-
-
-class CISPOTrainer(BaseTrainer):
-    algorithm = "cispo"
-
-
-class RLAIFTrainer(BaseTrainer):
-    """GRPO with a judge model's rubric score as the reward (``judge_model`` or ``judge_url`` in the config);
-    verdicts are cached in RUN/judge_cache.jsonl (in memory without an output directory)."""
-
-    algorithm = "rlaif"
-
-    def _make_reward(self, reward):
-        if reward is not None:
-            raise InputError("rlaif takes its reward from the judge (judge_model or judge_url), not a reward")
-        from .judge import JudgeReward
-
-        cache = self.run_dir.path / "judge_cache.jsonl" if self.run_dir else None
-        return JudgeReward.from_config(self.config, cache)
-
-
-TRAINERS = {cls.algorithm: cls for cls in (SFTTrainer, GRPOTrainer, GSPOTrainer, DAPOTrainer, MultiTurnGRPOTrainer,
-                                           GEPOTrainer, VAPOTrainer, PPOTrainer, CISPOTrainer, RLAIFTrainer)}
-
-
-def train_with_gspo(model, tokenizer, dataset, reward, config=None, **kwargs) -> GSPOTrainer:
-    """Train with GSPO and return the trainer (its `.model` holds the adapter)."""
-    trainer = GSPOTrainer(model, tokenizer, reward=reward, dataset=dataset, config=config, **kwargs)
-    trainer.train()
-    return trainer
+def __getattr__(name: str) -> Any:
+    """``GRPOTrainer`` and the others by class name, as `stateset_agents.training` exports them."""
+    for algorithm in objective_names():
+        cls = objective_class(algorithm)
+        if f"{cls.class_stem()}Trainer" == name:
+            return trainer_class(cls)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -96,6 +96,14 @@ class TrainConfig:
     def digest(self) -> str:
         return digest({"algorithm": self.algorithm, **self.to_dict()})
 
+    def kl_coefficient(self) -> float:
+        """beta of the KL term against the reference; 0 (no reference log-probs needed) without one."""
+        return 0.0
+
+    def update_temperature(self) -> float:
+        """The temperature the update scores log-probs at: SFT scores the data under the plain model."""
+        return 1.0
+
 
 @dataclass
 class PolicyConfig(TrainConfig):
@@ -136,6 +144,12 @@ class PolicyConfig(TrainConfig):
         if high is not None and not high > 0:
             raise InputError("epsilon_high must be positive", field="epsilon_high")
 
+    def kl_coefficient(self) -> float:
+        return float(self.beta)
+
+    def update_temperature(self) -> float:
+        return self.temperature  # the policy that sampled, at the temperature it sampled with
+
 
 @dataclass
 class RLConfig(PolicyConfig):
@@ -169,10 +183,3 @@ class ValueConfig(PolicyConfig):
         for name in ("gamma", "lam"):
             if not 0 <= getattr(self, name) <= 1:
                 raise InputError(f"{name} must lie in [0, 1]", field=name)
-
-
-def config_class(algorithm: str) -> type[TrainConfig]:
-    from .objectives import get_objective
-
-    return get_objective(algorithm).Config
-

@@ -28,8 +28,8 @@ class Engine:
     def __init__(self, backend, renderer: ChatRenderer, objective, config, dataset: Dataset, reward=None,
                  run_dir: RunDir | None = None, *, handle_signals: bool = False,
                  stop: threading.Event | None = None):
-        if objective.ROLLOUT != "none" and reward is None:
-            raise ValueError(f"{objective.NAME} needs a reward")
+        if objective.rollout != "none" and reward is None:
+            raise ValueError(f"{objective.name} needs a reward")
         self.backend, self.renderer, self.objective, self.config = backend, renderer, objective, config
         self.dataset, self.rows, self.reward, self.run_dir = dataset, dataset.rows, reward, run_dir
         self.handle_signals = handle_signals
@@ -44,7 +44,7 @@ class Engine:
 
     # --------------------------------------------------------------------------------------------- state
     def state(self, extra: dict[str, Any]) -> dict[str, Any]:
-        return {"step": self.step, "cursor": self.cursor.state(), "algorithm": self.objective.NAME,
+        return {"step": self.step, "cursor": self.cursor.state(), "algorithm": self.objective.name,
                 "config": self.config.to_dict(), "config_digest": self.config.digest(), **extra}
 
     def restore(self, state: dict[str, Any]) -> None:
@@ -58,10 +58,10 @@ class Engine:
 
     # ------------------------------------------------------------------------------------------------ loop
     def run(self, checkpoint_extra: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
-        cfg = self.config
+        cfg, obj = self.config, self.objective
         extra = checkpoint_extra or {}
         with self._signals():
-            if self.step == 0 and getattr(cfg, "value_pretrain_steps", 0) > 0:
+            if self.step == 0 and obj.value_pretrain_steps(cfg) > 0:
                 yield from self._pretrain_value()
                 if self.failure:
                     return
@@ -72,12 +72,12 @@ class Engine:
                 started = time.perf_counter()
                 with self._failing_closed():
                     batch, info = self._make_batch()
-                    check_batch(batch, self.backend.vocab_size, needs_behaviour=self.objective.ROLLOUT != "none",
-                                needs_reference=cfg_beta(cfg) > 0)
+                    check_batch(batch, self.backend.vocab_size, needs_behaviour=obj.rollout != "none",
+                                needs_reference=cfg.kl_coefficient() > 0)
                     t_update = time.perf_counter()
                     stats = self.backend.forward_backward(
-                        batch, lambda new, b, *v: self.objective.loss(new, b, cfg, *v), temperature=_temp(cfg),
-                        values=getattr(self.objective, "VALUE_HEAD", False))
+                        batch, lambda new, b, *v: obj.loss(new, b, cfg, *v), temperature=cfg.update_temperature(),
+                        values=obj.value_head)
                     stats.update(self.backend.optimizer_step())
                 if self.failure:
                     return
@@ -102,12 +102,13 @@ class Engine:
         cfg, obj = self.config, self.objective
         cursor = Cursor(len(self.rows), cfg.seed)
         losses = []
-        for k in range(cfg.value_pretrain_steps):
+        for k in range(obj.value_pretrain_steps(cfg)):
             with self._failing_closed():
                 batch, info = self._rl_batch(cursor, tag=f"v{k + 1}.")
-                check_batch(batch, self.backend.vocab_size, needs_behaviour=True, needs_reference=cfg_beta(cfg) > 0)
+                check_batch(batch, self.backend.vocab_size, needs_behaviour=True,
+                            needs_reference=cfg.kl_coefficient() > 0)
                 stats = self.backend.forward_backward(batch, lambda new, b, v: obj.value_loss(v, b, cfg),
-                                                      temperature=_temp(cfg), values=True)
+                                                      temperature=cfg.update_temperature(), values=True)
                 stats.update(self.backend.optimizer_step(policy=False))
             if self.failure:
                 return
@@ -155,7 +156,7 @@ class Engine:
                 for j, i in enumerate(idx)]
 
     def _make_batch(self) -> tuple[Batch, dict[str, Any]]:
-        if self.objective.ROLLOUT == "none":
+        if self.objective.rollout == "none":
             return self._sft_batch()
         return self._rl_batch()
 
@@ -176,8 +177,8 @@ class Engine:
         cfg, obj = self.config, self.objective
         cursor = cursor or self.cursor
         g = cfg.num_generations
-        rollout = multi_turn if obj.ROLLOUT == "multi_turn" else single_turn
-        cap = getattr(cfg, "max_sampling_rounds", 1)
+        rollout = multi_turn if obj.rollout == "multi_turn" else single_turn
+        cap = obj.sampling_rounds(cfg)
         kept, dropped, raw_scores = [], [], []
         gen_time, grade_time, rounds, zero_var, groups_seen = 0.0, 0.0, 0, 0, 0
         while len(kept) < cfg.batch_size and rounds < cap:
@@ -194,31 +195,28 @@ class Engine:
                 group = episodes[j * g:(j + 1) * g]
                 raw = torch.tensor([ep.reward for ep in group], dtype=torch.float32)
                 raw_scores.extend(raw.tolist())
-                shaped = raw
-                if hasattr(obj, "shape_rewards"):
-                    lengths = torch.tensor([sum(ep.sample.sampled) for ep in group])
-                    truncated = torch.tensor([ep.sample.truncated for ep in group])
-                    shaped = obj.shape_rewards(raw, lengths, truncated, cfg)
+                lengths = torch.tensor([sum(ep.sample.sampled) for ep in group])
+                truncated = torch.tensor([ep.sample.truncated for ep in group])
+                shaped = obj.shape_rewards(raw, lengths, truncated, cfg)
                 groups_seen += 1
                 zero_var += int(zero_variance_groups(shaped, g)[0])
-                keep = obj.keep_group(shaped, cfg) if hasattr(obj, "keep_group") else True
+                keep = obj.keep_group(shaped, cfg)
                 (kept if keep else dropped).append((group, shaped))
         kept += dropped[:cfg.batch_size - len(kept)]  # short at the cap: top up with zero-advantage groups
         episodes = [ep for group, _ in kept for ep in group]
         batch = collate([ep.sample for ep in episodes], self.backend.pad_id, g)
         batch.rewards = torch.cat([shaped for _, shaped in kept])
         batch.advantages = obj.advantages(batch.rewards, g, cfg)
-        if cfg_beta(cfg) > 0:
+        if cfg.kl_coefficient() > 0:
             batch.ref_logp = self.backend.logprobs(batch, temperature=cfg.temperature, reference=True)
-        prepared = obj.prepare(batch, self.backend, cfg) if hasattr(obj, "prepare") else {}  # critics: GAE
+        prepared = obj.prepare(batch, self.backend, cfg)  # critics: values and GAE
         lengths = [sum(ep.sample.sampled) for ep in episodes]
         raw_all = torch.tensor(raw_scores)  # not `statistics`: a NaN must reach the integrity check, not crash here
         info = {"reward_mean": float(raw_all.mean()), "reward_std": float(raw_all.std(unbiased=False)),
                 "zero_variance_fraction": zero_var / max(groups_seen, 1), "sampling_rounds": rounds,
                 "completion_length": statistics.fmean(lengths), "generation_time": gen_time,
-                "grade_time": grade_time, "rollout_tokens": sum(lengths)}
-        if hasattr(obj, "shape_rewards"):
-            info["shaped_reward_mean"] = float(batch.rewards.mean())
+                "grade_time": grade_time, "rollout_tokens": sum(lengths),
+                "shaped_reward_mean": float(batch.rewards.mean())}  # the batch's rewards, shaped, after filtering
         info.update(prepared)
         return batch, info
 
@@ -247,15 +245,6 @@ class Engine:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
-
-
-def cfg_beta(cfg) -> float:
-    return float(getattr(cfg, "beta", 0.0))
-
-
-def _temp(cfg) -> float:
-    # SFT scores the data under the plain model; sampling objectives under the temperature they sampled with
-    return cfg.temperature if hasattr(cfg, "num_generations") else 1.0
 
 
 def _zero_grad(backend) -> None:

@@ -25,28 +25,27 @@ from .rundir import RunDir
 OVERRIDES = ("steps", "seed", "save_every")
 
 
-def resolve_config(request: Mapping[str, Any]):
+def resolve_config(request: Mapping[str, Any], objective=None):
     from .api import make_config
+    from .objectives import get_objective
 
     values = dict(request.get("config") or {})
     for key in OVERRIDES:
         if request.get(key) is not None:
             values[key] = request[key]
-    return make_config(request["algorithm"], values)
+    return make_config(objective or get_objective(request["algorithm"]), values)
 
 
 @contextlib.contextmanager
-def _reward(request: Mapping[str, Any], reward):
+def _reward(request: Mapping[str, Any], reward, objective):
     if reward is not None:
         yield reward
         return
-    from .objectives import get_objective
-
-    if getattr(get_objective(request["algorithm"]), "REWARD", None) == "judge":
+    if objective.builds_reward:
         if request.get("reward"):
-            raise InputError(f"{request['algorithm']} is rewarded by its judge (--judge-model or --judge-url); "
-                             "drop --reward", field="reward")
-        yield None  # the trainer builds the judge reward, with its cache in the run directory
+            raise InputError(f"{objective.name} builds its reward from its config (rlaif: --judge-model or "
+                             "--judge-url); drop --reward", field="reward")
+        yield None  # the trainer builds it (rlaif: the judge, with its cache in the run directory)
         return
     name = request.get("reward")
     if not name:
@@ -61,25 +60,28 @@ def _reward(request: Mapping[str, Any], reward):
 
 
 def train_run(request: Mapping[str, Any], *, reward=None, stop: threading.Event | None = None,
-              handle_signals: bool = False) -> Iterator[dict[str, Any]]:
-    """Yield the run's events; the last is `completed` or `failed` (errors become a `failed` event)."""
+              handle_signals: bool = False, objective=None) -> Iterator[dict[str, Any]]:
+    """Yield the run's events; the last is `completed` or `failed` (errors become a `failed` event). The
+    objective is ``request["algorithm"]``'s registered one unless given (a component passes itself)."""
     try:
-        yield from _train(request, reward, stop, handle_signals)
+        yield from _train(request, reward, stop, handle_signals, objective)
     except StatesetError as exc:
         yield {"type": "failed", "reason": "error", "message": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a stream must end with completed or failed
         yield {"type": "failed", "reason": type(exc).__name__, "message": str(exc)}
 
 
-def _train(request, reward, stop, handle_signals) -> Iterator[dict[str, Any]]:
-    from .api import TRAINERS
+def _train(request, reward, stop, handle_signals, objective) -> Iterator[dict[str, Any]]:
+    from .api import trainer_class
+    from .objectives import get_objective
 
-    algorithm = request.get("algorithm")
-    if algorithm not in TRAINERS:
-        raise InputError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(TRAINERS)}", field="algorithm")
-    config = resolve_config(request)
-    if hasattr(config, "require_judge"):
-        config.require_judge()  # before the model loads
+    if objective is None:
+        algorithm = request.get("algorithm")
+        if not isinstance(algorithm, str) or not algorithm:
+            raise InputError("an algorithm is required (--algorithm NAME)", field="algorithm")
+        objective = get_objective(algorithm)
+    config = resolve_config(request, objective)
+    objective.check_config(config)  # before the model loads
     if not request.get("output"):
         raise InputError("an output directory is required", field="output")
     dataset = load_dataset(request["dataset"])
@@ -97,7 +99,7 @@ def _train(request, reward, stop, handle_signals) -> Iterator[dict[str, Any]]:
         InitAdapter.open(request["init_adapter"])
     resume, overwrite = bool(request.get("resume")), bool(request.get("overwrite"))
     RunDir(request["output"]).check(resume=resume, overwrite=overwrite)  # before the model loads
-    with _reward(request, reward) as grader:
+    with _reward(request, reward, objective) as grader:
         yield {"type": "log", "message": f"loading base model {request.get('base_model') or '(offline default)'}"}
         backend = request.get("backend")
         if backend:  # a hosted backend holds the weights: only the tokenizer is loaded here
@@ -107,14 +109,14 @@ def _train(request, reward, stop, handle_signals) -> Iterator[dict[str, Any]]:
             from .models import load_base_model
 
             model, tokenizer, info = load_base_model(request.get("base_model"))
-        trainer = None
+        trainer, cls = None, trainer_class(type(objective))
         try:
-            trainer = TRAINERS[algorithm](model, tokenizer, reward=grader, dataset=dataset, config=config,
-                                          output_dir=request["output"], eval_prompts=eval_prompts, resume=resume,
-                                          overwrite=overwrite, base_model_info=info, handle_signals=handle_signals,
-                                          stop=stop, drop_overlap=bool(request.get("drop_overlap")), backend=backend,
-                                          eval_protocol=protocol, init_adapter=request.get("init_adapter"),
-                                          validate_checkpoints=request.get("validate_checkpoints", True) is not False)
+            trainer = cls(model, tokenizer, reward=grader, dataset=dataset, config=config,
+                          output_dir=request["output"], eval_prompts=eval_prompts, resume=resume,
+                          overwrite=overwrite, base_model_info=info, handle_signals=handle_signals,
+                          stop=stop, drop_overlap=bool(request.get("drop_overlap")), backend=backend,
+                          eval_protocol=protocol, init_adapter=request.get("init_adapter"),
+                          validate_checkpoints=request.get("validate_checkpoints", True) is not False)
             yield from trainer.events()
         finally:
             close = getattr(getattr(trainer, "backend", None), "close", None)

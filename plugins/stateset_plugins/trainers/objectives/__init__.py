@@ -1,23 +1,135 @@
-"""Objectives: one small module each (advantage estimator + ratio level + clipping + aggregation).
+"""Objectives: one small module each, one `Objective` subclass in it (see `base` for every hook and its default).
 
-Every module exposes ``NAME``, ``Config`` (a dataclass whose defaults it documents), ``ROLLOUT`` ("none" for SFT,
-"single_turn" or "multi_turn"), ``advantages(rewards, group_size, config)`` and
-``loss(new_logp, batch, config) -> (loss, stats)``; DAPO adds ``shape_rewards`` and ``keep_group``. Critic
-objectives (PPO, VAPO) set ``VALUE_HEAD = True``, add ``prepare(batch, backend, config)`` (values and GAE before the
-update) and ``value_loss(values, batch, config)``, and take the value head's output as a fourth ``loss`` argument.
-RLAIF sets ``REWARD = "judge"``: its trainer builds the reward from the config.
+A first-party objective is its module plus one line in `FIRST_PARTY`; the trainers plugin registers each as
+`trainer:NAME`, lazily, by "module:attr" (so `plugins list` never imports torch).
+
+A third party adds an objective the same way from its own package: a module with the `Objective` subclass, and a
+light module named by an entry point in the `stateset_agents` group that registers it with `register_objective`.
+After `pip install`, `stateset-agents train --algorithm NAME` runs it on the shared engine, `plugins list` lists it,
+and `stateset_agents.training.NAME_trainer` exports ``<Stem>Trainer``, ``<Stem>Config`` and ``train_with_NAME``:
+
+    # my_rloo/objective.py
+    from dataclasses import dataclass
+
+    from stateset_plugins.trainers.objectives import Objective, RLConfig, policy_loss
+
+    @dataclass
+    class RLOOConfig(RLConfig):
+        algorithm = "rloo"
+        beta: float = 0.0
+
+    class RLOO(Objective):
+        name, stem, Config = "rloo", "RLOO", RLOOConfig
+
+        def advantages(self, rewards, group_size, config):
+            # REINFORCE leave-one-out: each sample's baseline is the mean of the other G - 1 rewards
+            grouped = rewards.view(-1, group_size)
+            baseline = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
+            return (grouped - baseline).reshape(-1)
+
+        def loss(self, new_logp, batch, config):
+            return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon, token_level=True)
+
+    # my_rloo/__init__.py  (the entry point: stateset_agents = {rloo = "my_rloo"}; imports no torch)
+    from stateset_agents import hookimpl
+    from stateset_plugins.trainers.objectives import register_objective
+
+    @hookimpl
+    def register_trainers(register):
+        register_objective(register, "my_rloo.objective:RLOO", name="rloo", version="0.1.0")
+
+Importing this package is light: `Objective` and the config classes import no torch; `policy_loss` and the other
+shared pieces of `common` load on first use.
 """
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
+from typing import Any, Callable, Iterable
 
-from stateset_agents.errors import InputError
+from stateset_agents.errors import InputError, StatesetError
 
-ALGORITHMS = ("sft", "grpo", "multi_turn_grpo", "gspo", "dapo", "gepo", "vapo", "ppo", "rlaif", "cispo")
+from .._version import CAPABILITIES
+from ..config import PolicyConfig, RLConfig, TrainConfig, ValueConfig
+from .base import Objective
+
+#: The shared pieces of `common`, re-exported here on first use (they import torch).
+_COMMON = ("group_advantages", "policy_loss", "clipped_surrogate", "kl_term", "masked_token_mean",
+           "masked_sequence_mean", "safe", "gae", "terminal_rewards")
+__all__ = ["Objective", "TrainConfig", "PolicyConfig", "RLConfig", "ValueConfig", "register_objective",
+           "get_objective", "objective_class", "objective_names", "FIRST_PARTY", "ALGORITHMS", "REQUIRES", "INSTALL",
+           *_COMMON]
+
+#: name -> (class in this package, capabilities beyond every engine objective's). "remote": train-remote may run
+#: it (River runs no value head; the remote recipes are tested on these five).
+#: "default": `train` runs it when no --algorithm is given; "default:train-remote" likewise for train-remote.
+FIRST_PARTY: dict[str, tuple[str, tuple[str, ...]]] = {
+    "sft": ("sft:SFT", ("remote", "default:train-remote")),
+    "grpo": ("grpo:GRPO", ("remote", "default")),
+    "multi_turn_grpo": ("multi_turn_grpo:MultiTurnGRPO", ("remote",)),
+    "gspo": ("gspo:GSPO", ("remote",)),
+    "dapo": ("dapo:DAPO", ("remote",)),
+    "gepo": ("gepo:GEPO", ()),
+    "vapo": ("vapo:VAPO", ()),
+    "ppo": ("ppo:PPO", ()),
+    "rlaif": ("rlaif:RLAIF", ()),
+    "cispo": ("cispo:CISPO", ()),
+}
+#: The first-party objectives' names (the registry may hold more: a plugin's).
+ALGORITHMS = tuple(FIRST_PARTY)
+
+#: What every objective on the shared engine needs installed, and the command that installs it.
+REQUIRES = ("torch", "transformers", "peft")
+INSTALL = "pip install 'stateset-agents[train]'"
 
 
-def get_objective(name: str) -> ModuleType:
-    if name not in ALGORITHMS:
-        raise InputError(f"unknown algorithm {name!r}; choose one of {', '.join(ALGORITHMS)}", field="algorithm")
-    return importlib.import_module(f"{__name__}.{name}")
+def register_objective(register: Callable[..., None], target: str, *, name: str, version: str,
+                       capabilities: Iterable[str] = (), requires: Iterable[str] = (),
+                       install: str | None = None) -> None:
+    """Register the `Objective` subclass at ``target`` ("module:attr", imported only when used) as
+    ``trainer:NAME``: with the engine's dependencies (torch, transformers, peft; ``requires`` adds more, ``install``
+    replaces the install command) and capabilities ("lora", "checkpoint_resume", "eval_results", "local";
+    ``capabilities`` adds more: "remote" where train-remote may run it, "gpu" where it needs one)."""
+    if not isinstance(target, str) or ":" not in target:
+        raise StatesetError(f"register_objective({name!r}): target must be a 'module:attr' path, got {target!r}")
+    register(target, name=name, version=version, requires=[*REQUIRES, *requires], install=install or INSTALL,
+             capabilities=tuple(dict.fromkeys((*CAPABILITIES, *capabilities))))
+
+
+def objective_class(name: str) -> type[Objective]:
+    """The `Objective` subclass registered as ``trainer:NAME`` (first-party or a plugin's)."""
+    from stateset_agents.errors import UnknownComponent
+    from stateset_agents.registry import get_registry
+
+    registry = get_registry()
+    try:
+        spec = registry.resolve(name, "trainer")
+    except UnknownComponent:
+        known = ", ".join(objective_names(registry)) or "none installed"
+        raise InputError(f"unknown algorithm {name!r}; choose one of {known}", field="algorithm") from None
+    cls = spec.load_class()
+    if not (isinstance(cls, type) and issubclass(cls, Objective)):
+        raise InputError(f"{spec.full_name} ({spec.target}) is not an objective of the shared engine (a "
+                         "stateset_plugins.trainers.objectives.Objective)", field="algorithm")
+    if cls.name != spec.name:
+        raise StatesetError(f"{spec.full_name} is registered by plugin {spec.plugin}, but its class "
+                            f"{cls.__module__}.{cls.__qualname__} is named {cls.name!r}")
+    return cls
+
+
+def get_objective(name: str) -> Objective:
+    """The objective ``trainer:NAME``, ready for the engine."""
+    return objective_class(name)()
+
+
+def objective_names(registry=None) -> list[str]:
+    """Registered trainers that run on the local engine (the "local" capability), without importing them."""
+    from stateset_agents.registry import get_registry
+
+    return [s.name for s in (registry or get_registry()).all("trainer") if "local" in s.capabilities]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _COMMON:
+        from . import common
+
+        return getattr(common, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

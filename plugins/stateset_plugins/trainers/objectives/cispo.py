@@ -20,34 +20,28 @@ from dataclasses import dataclass
 import torch
 
 from ..config import RLConfig
-from .common import group_advantages, kl_term, masked_token_mean, safe
-
-NAME = "cispo"
-ROLLOUT = "single_turn"
+from .base import Objective
+from .common import kl_term, masked_token_mean, safe
 
 
 @dataclass
 class CISPOConfig(RLConfig):
-    algorithm = NAME
+    algorithm = "cispo"
     EPSILON_HIGH_AT_LEAST_LOW = False  # eps_low is "large" (no lower bound), eps_high small
     beta: float = 0.0
     epsilon: float = 1.0
     epsilon_high: float = 0.28
 
 
-Config = CISPOConfig  # every objective module exposes `Config`
+class CISPO(Objective):
+    name, stem, Config = "cispo", "CISPO", CISPOConfig
 
-
-def advantages(rewards, group_size: int, config: CISPOConfig):
-    return group_advantages(rewards, group_size, config.scale_rewards)
-
-
-def loss(new_logp, batch, config: CISPOConfig):
-    mask = batch.completion_mask
-    new = safe(new_logp, mask)
-    ratio = torch.exp(new - safe(batch.behaviour_logp, mask)).detach()
-    weight = torch.clamp(ratio, 1 - config.epsilon, 1 + config.epsilon_high)
-    per_token = -weight * batch.advantages[:, None] * new
-    stats = {"clip_fraction": float(masked_token_mean((weight != ratio).float(), mask))}
-    per_token = per_token + kl_term(new, batch, config.beta, stats)
-    return masked_token_mean(per_token, mask), stats
+    def loss(self, new_logp, batch, config: CISPOConfig):
+        mask = batch.completion_mask
+        new = safe(new_logp, mask)
+        ratio = torch.exp(new - safe(batch.behaviour_logp, mask)).detach()
+        weight = torch.clamp(ratio, 1 - config.epsilon, 1 + config.epsilon_high)
+        per_token = -weight * batch.advantages[:, None] * new
+        stats = {"clip_fraction": float(masked_token_mean((weight != ratio).float(), mask))}
+        per_token = per_token + kl_term(new, batch, config.beta, stats)
+        return masked_token_mean(per_token, mask), stats

@@ -26,15 +26,13 @@ import torch
 from stateset_agents.errors import InputError
 
 from ..config import RLConfig
-from .common import group_advantages, policy_loss, zero_variance_groups
-
-NAME = "dapo"
-ROLLOUT = "single_turn"
+from .base import Objective
+from .common import policy_loss, zero_variance_groups
 
 
 @dataclass
 class DAPOConfig(RLConfig):
-    algorithm = NAME
+    algorithm = "dapo"
     beta: float = 0.0
     epsilon: float = 0.2
     epsilon_high: float = 0.28
@@ -51,9 +49,6 @@ class DAPOConfig(RLConfig):
             raise InputError("overlong_buffer must lie in [0, max_new_tokens]", field="overlong_buffer")
 
 
-Config = DAPOConfig  # every objective module exposes `Config`
-
-
 def overlong_penalty(lengths: torch.Tensor, truncated: torch.Tensor, config: DAPOConfig) -> torch.Tensor:
     l_max = config.max_new_tokens
     l_cache = l_max // 4 if config.overlong_buffer is None else config.overlong_buffer
@@ -65,18 +60,19 @@ def overlong_penalty(lengths: torch.Tensor, truncated: torch.Tensor, config: DAP
     return pen * config.overlong_penalty
 
 
-def shape_rewards(rewards: torch.Tensor, lengths: torch.Tensor, truncated: torch.Tensor, config: DAPOConfig):
-    return rewards + overlong_penalty(lengths, truncated, config)
+class DAPO(Objective):
+    name, stem, Config = "dapo", "DAPO", DAPOConfig
 
+    def sampling_rounds(self, config: DAPOConfig) -> int:
+        return config.max_sampling_rounds
 
-def keep_group(rewards: torch.Tensor, config: DAPOConfig) -> bool:
-    """Dynamic sampling's filter for one group's (shaped) rewards."""
-    return not config.dynamic_sampling or not bool(zero_variance_groups(rewards, len(rewards))[0])
+    def shape_rewards(self, rewards: torch.Tensor, lengths: torch.Tensor, truncated: torch.Tensor,
+                      config: DAPOConfig):
+        return rewards + overlong_penalty(lengths, truncated, config)
 
+    def keep_group(self, rewards: torch.Tensor, config: DAPOConfig) -> bool:
+        """Dynamic sampling's filter for one group's (shaped) rewards."""
+        return not config.dynamic_sampling or not bool(zero_variance_groups(rewards, len(rewards))[0])
 
-def advantages(rewards, group_size: int, config: DAPOConfig):
-    return group_advantages(rewards, group_size, config.scale_rewards)
-
-
-def loss(new_logp, batch, config: DAPOConfig):
-    return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon_high, token_level=True)
+    def loss(self, new_logp, batch, config: DAPOConfig):
+        return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon_high, token_level=True)

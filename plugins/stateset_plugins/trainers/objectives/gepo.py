@@ -23,26 +23,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import RLConfig
-from .common import group_advantages, policy_loss
-
-NAME = "gepo"
-ROLLOUT = "single_turn"
+from .base import Objective
+from .common import policy_loss
 
 
 @dataclass
 class GEPOConfig(RLConfig):
-    algorithm = NAME
+    algorithm = "gepo"
     beta: float = 0.0
     epsilon: float = 0.2
 
 
-Config = GEPOConfig  # every objective module exposes `Config`
+class GEPO(Objective):
+    name, stem, Config = "gepo", "GEPO", GEPOConfig
 
-
-def advantages(rewards, group_size: int, config: GEPOConfig):
-    return group_advantages(rewards, group_size, config.scale_rewards)
-
-
-def loss(new_logp, batch, config: GEPOConfig):
-    return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon, token_level=False,
-                       ratio_level="group")
+    def loss(self, new_logp, batch, config: GEPOConfig):
+        return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon, token_level=False,
+                           ratio_level="group")

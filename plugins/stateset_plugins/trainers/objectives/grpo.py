@@ -19,25 +19,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import RLConfig
-from .common import group_advantages, policy_loss
-
-NAME = "grpo"
-ROLLOUT = "single_turn"
+from .base import Objective
+from .common import policy_loss
 
 
 @dataclass
 class GRPOConfig(RLConfig):
-    algorithm = NAME
+    algorithm = "grpo"
     beta: float = 0.04
     epsilon: float = 0.2
 
 
-Config = GRPOConfig  # every objective module exposes `Config`
+class GRPO(Objective):
+    name, stem, Config = "grpo", "GRPO", GRPOConfig
 
-
-def advantages(rewards, group_size: int, config: GRPOConfig):
-    return group_advantages(rewards, group_size, config.scale_rewards)
-
-
-def loss(new_logp, batch, config: GRPOConfig):
-    return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon, token_level=False)
+    def loss(self, new_logp, batch, config: GRPOConfig):
+        return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon, token_level=False)

@@ -17,27 +17,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import RLConfig
-from .common import group_advantages, policy_loss
-
-NAME = "gspo"
-ROLLOUT = "single_turn"
+from .base import Objective
+from .common import policy_loss
 
 
 @dataclass
 class GSPOConfig(RLConfig):
-    algorithm = NAME
+    algorithm = "gspo"
     beta: float = 0.0
     epsilon: float = 3e-4
     epsilon_high: float = 4e-4
 
 
-Config = GSPOConfig  # every objective module exposes `Config`
+class GSPO(Objective):
+    name, stem, Config = "gspo", "GSPO", GSPOConfig
 
-
-def advantages(rewards, group_size: int, config: GSPOConfig):
-    return group_advantages(rewards, group_size, config.scale_rewards)
-
-
-def loss(new_logp, batch, config: GSPOConfig):
-    return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon_high, token_level=False,
-                       ratio_level="sequence")
+    def loss(self, new_logp, batch, config: GSPOConfig):
+        return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon_high, token_level=False,
+                           ratio_level="sequence")

@@ -20,27 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import RLConfig
-from .common import group_advantages, policy_loss
-
-NAME = "multi_turn_grpo"
-ROLLOUT = "multi_turn"
+from .grpo import GRPO
 
 
 @dataclass
 class MultiTurnGRPOConfig(RLConfig):
-    algorithm = NAME
+    algorithm = "multi_turn_grpo"
     beta: float = 0.04
     epsilon: float = 0.2
     max_turns: int = 4
     max_episode_tokens: int = 1024
 
 
-Config = MultiTurnGRPOConfig  # every objective module exposes `Config`
-
-
-def advantages(rewards, group_size: int, config: MultiTurnGRPOConfig):
-    return group_advantages(rewards, group_size, config.scale_rewards)
-
-
-def loss(new_logp, batch, config: MultiTurnGRPOConfig):
-    return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon, token_level=False)
+class MultiTurnGRPO(GRPO):
+    name, stem, Config = "multi_turn_grpo", "MultiTurnGRPO", MultiTurnGRPOConfig
+    rollout = "multi_turn"

@@ -27,17 +27,14 @@ import torch
 from stateset_agents.errors import InputError
 
 from ..config import ValueConfig
+from .base import Objective
 from .common import (gae, group_advantages, masked_sequence_mean, masked_token_mean, policy_loss, safe,
                      terminal_rewards)
-
-NAME = "ppo"
-ROLLOUT = "single_turn"
-VALUE_HEAD = True
 
 
 @dataclass
 class PPOConfig(ValueConfig):
-    algorithm = NAME
+    algorithm = "ppo"
     beta: float = 0.05
     epsilon: float = 0.2
     value_clip: float = 0.2
@@ -52,21 +49,12 @@ class PPOConfig(ValueConfig):
             raise InputError("value_clip must be positive", field="value_clip")
 
 
-Config = PPOConfig  # every objective module exposes `Config`
-
-
-def advantages(rewards, group_size: int, config: PPOConfig):
-    """Sequence advantages before the critic: group-centred rewards. `prepare` replaces them with GAE's per-token
-    advantages; they stand only where no value head runs (a bare `loss` call without values)."""
-    return group_advantages(rewards, group_size, scale=False)
-
-
-def token_rewards(batch, config) -> torch.Tensor:
+def token_rewards(batch, config: PPOConfig) -> torch.Tensor:
     """R on the last sampled token, minus the per-token KL penalty (k1 on the behaviour log-probs) when the KL
     goes into the reward."""
     mask = batch.completion_mask
     r = terminal_rewards(batch.rewards, mask)
-    if getattr(config, "kl_mode", "loss") == "reward" and config.beta > 0:
+    if config.kl_mode == "reward" and config.beta > 0:
         r = r - config.beta * (safe(batch.behaviour_logp, mask) - safe(batch.ref_logp, mask)) * mask
     return r
 
@@ -77,28 +65,35 @@ def whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values - mean) / (var.sqrt() + 1e-8) * mask
 
 
-def prepare(batch, backend, config: PPOConfig) -> dict[str, float]:
-    mask = batch.completion_mask
-    batch.old_values = backend.values(batch) * mask
-    adv, batch.returns = gae(token_rewards(batch, config), batch.old_values, mask, config.gamma, config.lam)
-    batch.token_advantages = whiten(adv, mask) if config.whiten_advantages else adv
-    batch.advantages = masked_sequence_mean(batch.token_advantages, mask)
-    return {"value_mean": float(masked_token_mean(batch.old_values, mask))}
+class PPO(Objective):
+    name, stem, Config = "ppo", "PPO", PPOConfig
+    value_head = True
 
+    def advantages(self, rewards, group_size: int, config: PPOConfig):
+        """Sequence advantages before the critic: group-centred rewards. `prepare` replaces them with GAE's
+        per-token advantages; they stand only where no value head runs (a bare `loss` call without values)."""
+        return group_advantages(rewards, group_size, scale=False)
 
-def value_loss(values, batch, config: PPOConfig):
-    """Clipped value loss: the new value may not move further than ``value_clip`` from the sampling-time value
-    and gain from it (the max keeps the pessimistic branch)."""
-    mask = batch.completion_mask
-    clipped = batch.old_values + torch.clamp(values - batch.old_values, -config.value_clip, config.value_clip)
-    unclipped_err, clipped_err = (values - batch.returns) ** 2, (clipped - batch.returns) ** 2
-    loss = 0.5 * masked_token_mean(torch.maximum(unclipped_err, clipped_err), mask)
-    frac = masked_token_mean(((values - batch.old_values).abs() > config.value_clip).float(), mask)
-    return loss, {"value_loss": float(loss.detach()), "value_clip_fraction": float(frac)}
+    def prepare(self, batch, backend, config: PPOConfig) -> dict[str, float]:
+        mask = batch.completion_mask
+        batch.old_values = backend.values(batch) * mask
+        adv, batch.returns = gae(token_rewards(batch, config), batch.old_values, mask, config.gamma, config.lam)
+        batch.token_advantages = whiten(adv, mask) if config.whiten_advantages else adv
+        batch.advantages = masked_sequence_mean(batch.token_advantages, mask)
+        return {"value_mean": float(masked_token_mean(batch.old_values, mask))}
 
+    def value_loss(self, values, batch, config: PPOConfig):
+        """Clipped value loss: the new value may not move further than ``value_clip`` from the sampling-time
+        value and gain from it (the max keeps the pessimistic branch)."""
+        mask = batch.completion_mask
+        clipped = batch.old_values + torch.clamp(values - batch.old_values, -config.value_clip, config.value_clip)
+        unclipped_err, clipped_err = (values - batch.returns) ** 2, (clipped - batch.returns) ** 2
+        loss = 0.5 * masked_token_mean(torch.maximum(unclipped_err, clipped_err), mask)
+        frac = masked_token_mean(((values - batch.old_values).abs() > config.value_clip).float(), mask)
+        return loss, {"value_loss": float(loss.detach()), "value_clip_fraction": float(frac)}
 
-def loss(new_logp, batch, config: PPOConfig, values=None):
-    beta = config.beta if config.kl_mode == "loss" else 0.0
-    pl, stats = policy_loss(new_logp, batch, beta, config.epsilon, config.epsilon, token_level=True)
-    vl, vstats = value_loss(values, batch, config) if values is not None else (0.0, {})
-    return pl + vl, {"policy_loss": float(pl.detach()), **stats, **vstats}
+    def loss(self, new_logp, batch, config: PPOConfig, values=None):
+        beta = config.beta if config.kl_mode == "loss" else 0.0
+        pl, stats = policy_loss(new_logp, batch, beta, config.epsilon, config.epsilon, token_level=True)
+        vl, vstats = self.value_loss(values, batch, config) if values is not None else (0.0, {})
+        return pl + vl, {"policy_loss": float(pl.detach()), **stats, **vstats}

@@ -19,16 +19,12 @@ from dataclasses import dataclass
 from stateset_agents.errors import InputError
 
 from ..config import RLConfig
-from .grpo import advantages, loss  # noqa: F401 - the policy objective is GRPO's
-
-NAME = "rlaif"
-ROLLOUT = "single_turn"
-REWARD = "judge"  # the trainer builds its reward from the config; a reward component is refused
+from .grpo import GRPO
 
 
 @dataclass
 class RLAIFConfig(RLConfig):
-    algorithm = NAME
+    algorithm = "rlaif"
     beta: float = 0.04
     epsilon: float = 0.2
     judge_model: str | None = None
@@ -54,4 +50,17 @@ class RLAIFConfig(RLConfig):
                              field="judge_model")
 
 
-Config = RLAIFConfig  # every objective module exposes `Config`
+class RLAIF(GRPO):
+    """GRPO's policy objective with a judge model's rubric score as the reward; verdicts are cached in
+    RUN/judge_cache.jsonl (in memory without an output directory)."""
+
+    name, stem, Config = "rlaif", "RLAIF", RLAIFConfig
+    builds_reward = True
+
+    def check_config(self, config: RLAIFConfig) -> None:
+        config.require_judge()
+
+    def build_reward(self, config: RLAIFConfig, run_dir):
+        from ..judge import JudgeReward
+
+        return JudgeReward.from_config(config, run_dir.path / "judge_cache.jsonl" if run_dir else None)

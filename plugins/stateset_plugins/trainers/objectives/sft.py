@@ -11,25 +11,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import TrainConfig
+from .base import Objective
 from .common import masked_token_mean, safe
-
-NAME = "sft"
-ROLLOUT = "none"
 
 
 @dataclass
 class SFTConfig(TrainConfig):
-    algorithm = NAME
+    algorithm = "sft"
 
 
-Config = SFTConfig  # every objective module exposes `Config`
+class SFT(Objective):
+    name, stem, Config = "sft", "SFT", SFTConfig
+    rollout = "none"
 
+    def advantages(self, rewards, group_size: int, config: SFTConfig):
+        return rewards * 0
 
-def advantages(rewards, group_size: int, config: SFTConfig):
-    return rewards * 0
-
-
-def loss(new_logp, batch, config: SFTConfig):
-    mask = batch.completion_mask
-    nll = masked_token_mean(-safe(new_logp, mask), mask)
-    return nll, {"nll": float(nll.detach())}
+    def loss(self, new_logp, batch, config: SFTConfig):
+        mask = batch.completion_mask
+        nll = masked_token_mean(-safe(new_logp, mask), mask)
+        return nll, {"nll": float(nll.detach())}

@@ -32,17 +32,14 @@ import torch
 from stateset_agents.errors import InputError
 
 from ..config import ValueConfig
+from .base import Objective
 from .common import (gae, group_advantages, masked_sequence_mean, masked_token_mean, policy_loss, safe,
                      terminal_rewards)
-
-NAME = "vapo"
-ROLLOUT = "single_turn"
-VALUE_HEAD = True
 
 
 @dataclass
 class VAPOConfig(ValueConfig):
-    algorithm = NAME
+    algorithm = "vapo"
     beta: float = 0.0
     epsilon: float = 0.2
     epsilon_high: float = 0.28
@@ -61,34 +58,9 @@ class VAPOConfig(ValueConfig):
             raise InputError(f"{field} must be >= 0", field=field)
 
 
-Config = VAPOConfig  # every objective module exposes `Config`
-
-
-def advantages(rewards, group_size: int, config: VAPOConfig):
-    """Sequence advantages before the critic: group-centred rewards. `prepare` replaces them with GAE's per-token
-    advantages; they stand only where no value head runs (a bare `loss` call without values)."""
-    return group_advantages(rewards, group_size, scale=False)
-
-
 def policy_lambda(lengths: torch.Tensor, alpha: float) -> torch.Tensor:
     """lambda_policy = 1 - 1 / (alpha * length), per sequence, clamped to [0, 1]."""
     return (1 - 1 / (alpha * lengths.float().clamp(min=1))).clamp(0.0, 1.0)
-
-
-def prepare(batch, backend, config: VAPOConfig) -> dict[str, float]:
-    mask = batch.completion_mask
-    batch.old_values = backend.values(batch) * mask
-    rewards = terminal_rewards(batch.rewards, mask)
-    _, batch.returns = gae(rewards, batch.old_values, mask, config.gamma, config.lam)
-    lam = policy_lambda(mask.sum(-1), config.alpha)
-    batch.token_advantages, _ = gae(rewards, batch.old_values, mask, config.gamma, lam)
-    batch.advantages = masked_sequence_mean(batch.token_advantages, mask)
-    return {"value_mean": float(masked_token_mean(batch.old_values, mask)), "policy_lambda": float(lam.mean())}
-
-
-def value_loss(values, batch, config: VAPOConfig):
-    loss = 0.5 * masked_token_mean((values - batch.returns) ** 2, batch.completion_mask)
-    return loss, {"value_loss": float(loss.detach())}
 
 
 def positive_nll(new_logp, batch, config: VAPOConfig) -> torch.Tensor:
@@ -96,9 +68,36 @@ def positive_nll(new_logp, batch, config: VAPOConfig) -> torch.Tensor:
     return masked_token_mean(-safe(new_logp, positive), positive)  # 0 when no sample is positive
 
 
-def loss(new_logp, batch, config: VAPOConfig, values=None):
-    pl, stats = policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon_high, token_level=True)
-    nll = positive_nll(new_logp, batch, config)
-    vl, vstats = value_loss(values, batch, config) if values is not None else (0.0, {})
-    return pl + config.nll_coef * nll + vl, {"policy_loss": float(pl.detach()), "nll": float(nll.detach()),
-                                              **stats, **vstats}
+class VAPO(Objective):
+    name, stem, Config = "vapo", "VAPO", VAPOConfig
+    value_head = True
+
+    def advantages(self, rewards, group_size: int, config: VAPOConfig):
+        """Sequence advantages before the critic: group-centred rewards. `prepare` replaces them with GAE's
+        per-token advantages; they stand only where no value head runs (a bare `loss` call without values)."""
+        return group_advantages(rewards, group_size, scale=False)
+
+    def value_pretrain_steps(self, config: VAPOConfig) -> int:
+        return config.value_pretrain_steps
+
+    def prepare(self, batch, backend, config: VAPOConfig) -> dict[str, float]:
+        mask = batch.completion_mask
+        batch.old_values = backend.values(batch) * mask
+        rewards = terminal_rewards(batch.rewards, mask)
+        _, batch.returns = gae(rewards, batch.old_values, mask, config.gamma, config.lam)
+        lam = policy_lambda(mask.sum(-1), config.alpha)
+        batch.token_advantages, _ = gae(rewards, batch.old_values, mask, config.gamma, lam)
+        batch.advantages = masked_sequence_mean(batch.token_advantages, mask)
+        return {"value_mean": float(masked_token_mean(batch.old_values, mask)),
+                "policy_lambda": float(lam.mean())}
+
+    def value_loss(self, values, batch, config: VAPOConfig):
+        loss = 0.5 * masked_token_mean((values - batch.returns) ** 2, batch.completion_mask)
+        return loss, {"value_loss": float(loss.detach())}
+
+    def loss(self, new_logp, batch, config: VAPOConfig, values=None):
+        pl, stats = policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon_high, token_level=True)
+        nll = positive_nll(new_logp, batch, config)
+        vl, vstats = self.value_loss(values, batch, config) if values is not None else (0.0, {})
+        return pl + config.nll_coef * nll + vl, {"policy_loss": float(pl.detach()), "nll": float(nll.detach()),
+                                                  **stats, **vstats}
