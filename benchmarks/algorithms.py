@@ -32,8 +32,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from stateset_agents import Reward, TurnGrade
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "training"))  # the toy digit reward the engine's tests use
 
 DEFAULT_ALGORITHMS = ("grpo", "gspo", "dapo", "gepo", "cispo", "ppo", "vapo")
 # The task: a reward the random tiny model can learn in a few CPU minutes (the share of digits in the reply),
@@ -47,6 +48,20 @@ HELD_OUT = ["what is 5 + 5", "order 90 is late", "hello there", "can you help me
             "give me a digit"]
 BUDGET = {"batch_size": 2, "num_generations": 8, "max_new_tokens": 12, "temperature": 1.0, "learning_rate": 2e-2}
 EVAL_SAMPLES = 4  # samples per held-out prompt and side
+
+
+class DigitReward(Reward):
+    """The task's reward: the share of the reply's characters that are digits. The benchmark's own, so a change to
+    a test fixture cannot change what the matrix measures; its identity is the one earlier results recorded."""
+
+    name = "toy_digits"
+    version = "1.0"
+
+    def grade_turn(self, conversation, turn_index):
+        text = conversation["messages"][turn_index].get("content") or ""
+        digits = sum(c.isdigit() for c in text)
+        return TurnGrade(score=digits / len(text) if text else 0.0, breakdown={"digits": digits, "chars": len(text)},
+                         reason="digit share")
 
 
 def task_rows() -> list[dict]:
@@ -94,8 +109,6 @@ def run_one(algorithm: str, seed: int, steps: int, model_spec: str | None, budge
     import torch
 
     torch.set_num_threads(1)
-    from toy_rewards import DigitReward
-
     from stateset_plugins.trainers.api import TRAINERS
     from stateset_plugins.trainers.evaluation import EvalProtocol, evaluate
     from stateset_plugins.trainers.models import load_base_model

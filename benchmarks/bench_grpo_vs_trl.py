@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "training"))  # the tiny model builder and toy reward the tests use
 
 SETTINGS = {"prompts_per_step": 2, "num_generations": 4, "max_new_tokens": 16, "learning_rate": 2e-2, "beta": 0.04,
             "epsilon": 0.2, "loss_type": "grpo (sequence mean, then batch mean)", "temperature": 1.0,
@@ -51,7 +50,7 @@ def cpu() -> float:
 
 
 def run_ours(model_dir: str, seed: int, steps: int) -> dict:
-    from toy_rewards import DigitReward
+    from algorithms import DigitReward  # the matrix's task reward (a sibling script: this directory is sys.path[0])
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from stateset_agents import GRPOTrainer
@@ -184,7 +183,7 @@ def smollm2_135m_dir(tmp: Path) -> tuple[Path, str]:
         if all(got.get(k) == v for k, v in SMOLLM2_135M.items()) and (config.parent / "model.safetensors").exists():
             return config.parent, "cached SmolLM2-135M checkpoint"
     import torch
-    from toy_rewards import build_tiny_model
+    from stateset_plugins.trainers.tiny import build_tiny_model
     from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
 
     path = build_tiny_model(tmp / "smollm2-135m-shape", vocab_size=2048)
@@ -231,7 +230,7 @@ def main() -> None:
     if args.one:
         one(args.one[0], args.one[1], int(args.one[2]), args.steps)
         return
-    from toy_rewards import build_tiny_model
+    from stateset_plugins.trainers.tiny import build_tiny_model
 
     out = ROOT / "benchmarks" / "results" / "grpo_vs_trl.json"
     previous = json.loads(out.read_text()) if out.exists() else {}

@@ -295,6 +295,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT / "kernel"))
-    sys.path.insert(0, str(ROOT / "plugins"))
     sys.exit(main())

@@ -3,22 +3,20 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SUPPORT = Path(__file__).resolve().parent / "support_plugins"
 
-# Subprocess-served plugins inherit these, so test-only components load there too.
-os.environ["STATESET_AGENTS_PLUGIN_MODULES"] = "stateset_test_plugins"
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SUPPORT), os.environ.get("PYTHONPATH")]))
+# Subprocess-served plugins inherit these, so test-only components load there too: the registry imports the
+# module by its dotted name, here through pytest's `pythonpath` (the repo root), in a child through PYTHONPATH.
+os.environ["STATESET_AGENTS_PLUGIN_MODULES"] = "tests.support_plugins.stateset_test_plugins"
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 os.environ.setdefault("STATESET_PLUGIN_QUIET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-sys.path.insert(0, str(SUPPORT))
 
 
 @pytest.fixture(autouse=True)

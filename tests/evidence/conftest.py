@@ -2,10 +2,8 @@
 toy reward registered by name, and a held-out prompt file that does not overlap the training rows."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,13 +12,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-HERE = Path(__file__).resolve().parent
-TRAINING = HERE.parent / "training"
-sys.path.insert(0, str(TRAINING))  # toy_rewards: the tiny model builder and the toy reward, shared, not copied
-sys.path.insert(0, str(HERE))
-
-from evidence_helpers import HELD_OUT, SEEDS, train, write_jsonl  # noqa: E402
-from toy_rewards import make_rows  # noqa: E402
+from tests.evidence.evidence_helpers import HELD_OUT, SEEDS, train, write_jsonl  # noqa: E402
+from tests.helpers.toy_rewards import make_rows  # noqa: E402
 
 torch.set_num_threads(1)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -32,9 +25,8 @@ def toy_reward_registered(monkeypatch):
     from stateset_agents.registry import PLUGIN_MODULES_ENV, get_registry
 
     modules = [m for m in os.environ.get(PLUGIN_MODULES_ENV, "").split(",") if m]
-    monkeypatch.setenv(PLUGIN_MODULES_ENV, ",".join(modules + ["evidence_toy_plugin"]))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), str(TRAINING),
-                                                                   os.environ.get("PYTHONPATH")])))
+    # a dotted name: subprocess-served components import it through the repo root on PYTHONPATH (tests/conftest.py)
+    monkeypatch.setenv(PLUGIN_MODULES_ENV, ",".join(modules + ["tests.evidence.evidence_toy_plugin"]))
     get_registry(refresh=True)
     yield
     monkeypatch.undo()

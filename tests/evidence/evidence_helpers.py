@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from toy_rewards import DigitReward
+from tests.helpers.toy_rewards import DigitReward
 
 HELD_OUT = ["give me some digits", "count to five", "what is 7 times 6", "order status please", "good morning",
             "list a few numbers"]

@@ -3,7 +3,7 @@ in-process and in subprocess-served components alike (tests/evidence/conftest.py
 from __future__ import annotations
 
 from stateset_agents import hookimpl
-from toy_rewards import DigitReward
+from tests.helpers.toy_rewards import DigitReward
 
 
 @hookimpl

@@ -5,8 +5,7 @@ import json
 
 from stateset_agents.cli import main
 from stateset_agents.runtimes import load_component
-
-from evidence_helpers import HELD_OUT, write_jsonl
+from tests.evidence.evidence_helpers import HELD_OUT, write_jsonl
 
 
 def evaluate(run, workspace, out, *extra):

@@ -6,8 +6,7 @@ import json
 from stateset_agents.cli import main
 from stateset_agents.jsonio import sha256_file
 from stateset_agents.pipeline.gate import run_gate
-
-from evidence_helpers import train
+from tests.evidence.evidence_helpers import train
 
 
 def fabricate_scores(run, deltas):

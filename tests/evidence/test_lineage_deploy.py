@@ -9,9 +9,8 @@ import pytest
 from stateset_agents.cli import main
 from stateset_agents.jsonio import write_json
 from stateset_agents.pipeline.lineage import seal
-
-from evidence_helpers import train
-from test_gate import fabricate_scores
+from tests.evidence.evidence_helpers import train
+from tests.evidence.test_gate import fabricate_scores
 
 
 @pytest.fixture()

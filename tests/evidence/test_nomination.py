@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from evidence_helpers import HELD_OUT, RUN_CONFIG
 from stateset_agents.cli import main
 from stateset_agents.errors import InputError
 from stateset_agents.jsonio import sha256_file
 from stateset_agents.pipeline.gate import run_gate
-from toy_rewards import DigitReward
+from tests.evidence.evidence_helpers import HELD_OUT, RUN_CONFIG
+from tests.helpers.toy_rewards import DigitReward
 
 
 def split_file(path: Path, role: str, prompts) -> Path:

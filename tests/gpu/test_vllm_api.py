@@ -183,7 +183,7 @@ def test_the_recorded_fixtures_have_vllms_fields_only(name):
 def test_the_stand_in_matches_vllms_classes():
     import dataclasses
 
-    import fake_vllm
+    from tests.gpu import fake_vllm
 
     assert [f.name for f in dataclasses.fields(fake_vllm.LoRARequest)] == API["LoRARequest"][:3]
     assert [f.name for f in dataclasses.fields(fake_vllm.Logprob)] == API["Logprob"]

@@ -186,9 +186,8 @@ def test_missing_vllm_names_the_install_command(monkeypatch, tiny_model_dir):
 
 
 def test_vllm_without_processed_logprobs_is_refused(monkeypatch):
-    import fake_vllm
-
     from stateset_plugins.trainers.vllm_rollout import import_vllm
+    from tests.gpu import fake_vllm
 
     fake_vllm.install(monkeypatch, version="0.9.2")
     with pytest.raises(ComponentUnavailable, match="found 0.9.2"):
@@ -202,9 +201,7 @@ def test_grpo_through_the_vllm_adapter_swaps_the_adapter_each_update(fake_vllm, 
     from stateset_plugins.trainers.data import ChatRenderer, load_dataset
     from stateset_plugins.trainers.engine import Engine
     from stateset_plugins.trainers.objectives import get_objective
-
-    sys.path.insert(0, str(FIXTURES.parents[1] / "training"))  # the toy reward the training tests use
-    from toy_rewards import DigitReward, make_rows
+    from tests.helpers.toy_rewards import DigitReward, make_rows
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)

@@ -2,11 +2,8 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(autouse=True)
@@ -14,11 +11,10 @@ def toy_rewards(monkeypatch):
     from stateset_agents.registry import PLUGIN_MODULES_ENV, get_registry
 
     modules = [m for m in os.environ.get(PLUGIN_MODULES_ENV, "").split(",") if m]
-    monkeypatch.setenv(PLUGIN_MODULES_ENV, ",".join(modules + ["improve_toy_reward"]))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
-    monkeypatch.syspath_prepend(str(HERE))
+    # a dotted name: subprocesses import it through the repo root on PYTHONPATH (tests/conftest.py)
+    monkeypatch.setenv(PLUGIN_MODULES_ENV, ",".join(modules + ["tests.improve.improve_toy_reward"]))
     get_registry(refresh=True)
-    from improve_toy_reward import ToyReward
+    from tests.improve.improve_toy_reward import ToyReward
 
     ToyReward.batch_sizes.clear()
     yield

@@ -7,8 +7,8 @@ import math
 import orjson
 import pytest
 
-from improve_helpers import chat, write_transcripts
 from stateset_agents.cli import main
+from tests.improve.improve_helpers import chat, write_transcripts
 
 
 def write_lines(path, rows):

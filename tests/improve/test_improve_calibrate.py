@@ -234,8 +234,8 @@ def test_group_key_and_checks_to_weight(case, capsys):
 def test_the_kernel_applies_the_fitted_weights_as_calibrate_scored_them(tmp_path, capsys):
     """improve run -> improve calibrate -> improve run --reward-config: the second run's scores are the calibration
     applied turn by turn, and its conversation means are what calibrate's fitting scores them."""
-    from improve_helpers import chat, write_transcripts
     from stateset_agents.pipeline.calibrate import conversation_score
+    from tests.improve.improve_helpers import chat, write_transcripts
 
     rng = random.Random(4)
     conversations, labels = [], []

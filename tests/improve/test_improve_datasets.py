@@ -7,9 +7,9 @@ import json
 import datasets
 import pytest
 
-from tests.helpers.realdata import tau_log_records
-from improve_helpers import chat, write_transcripts
 from stateset_agents.cli import main
+from tests.helpers.realdata import tau_log_records
+from tests.improve.improve_helpers import chat, write_transcripts
 
 datasets.disable_progress_bars()
 

@@ -8,12 +8,12 @@ import orjson
 import pytest
 import yaml
 
-from improve_helpers import chat, write_transcripts
 from stateset_agents.calibration import CALIBRATION_KEY, calibrated_score
 from stateset_agents.cli import main
+from stateset_agents.errors import InputError
 from stateset_agents.jsonio import digest, sha256_file
 from stateset_agents.pipeline.gate import _same_reward
-from stateset_agents.errors import InputError
+from tests.improve.improve_helpers import chat, write_transcripts
 
 CALIBRATION = {"method": "logistic-l2", "features": ["tone", "resolution"], "intercept": -2.0,
                "weights": {"tone": 2.0, "resolution": 1.0}, "fill": {"tone": 1.0, "resolution": 1.0}}

@@ -11,13 +11,14 @@ import sys
 
 import pytest
 
-from improve_helpers import chat, write_transcripts
 from stateset_agents import Reward, TurnGrade
 from stateset_agents.cli import main
 from stateset_agents.errors import InputError
 from stateset_agents.pipeline import breakages
-from stateset_agents.pipeline.breakages import KINDS, ReplyPool, message_text
+from stateset_agents.pipeline.breakages import KINDS, ReplyPool
+from stateset_agents.plugin_api.text import message_text
 from stateset_agents.pipeline.robustness import break_conversation, parse_kinds, robustness_report
+from tests.improve.improve_helpers import chat, write_transcripts
 
 
 def declare(name, **properties):

@@ -10,11 +10,11 @@ from pathlib import Path
 import orjson
 import pytest
 
-from improve_helpers import chat, write_transcripts
 from stateset_agents.cli import main
 from stateset_agents.jsonio import digest, sha256_file
 from stateset_agents.pipeline.improve import decode_curated
 from stateset_agents.pipeline.overlap import find_overlaps
+from tests.improve.improve_helpers import chat, write_transcripts
 
 OUTPUTS = ("graded.jsonl", "curated.jsonl", "validation.jsonl", "test.jsonl", "improve_summary.json", "next_steps.md")
 
@@ -279,7 +279,7 @@ def test_policy_file_travels_as_reward_config(logs, tmp_path, suffix, text):
 
 
 def test_batches_bound_each_grading_call_and_do_not_change_results(tmp_path):
-    from improve_toy_reward import ToyReward
+    from tests.improve.improve_toy_reward import ToyReward
 
     convs = [chat(f"c{i}", f"hi {i}", "GOOD" if i % 2 else "BAD") for i in range(7)]
     logs = tmp_path / "in"

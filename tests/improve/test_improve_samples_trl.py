@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from improve_helpers import write_transcripts
 from stateset_agents import samples
 from stateset_agents.cli import main
 from stateset_agents.samples import make_samples
+from tests.improve.improve_helpers import write_transcripts
 
 
 def sample_logs() -> list[dict]:

@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 
-from improve_helpers import chat, write_transcripts
 from stateset_agents.cli import main
+from tests.improve.improve_helpers import chat, write_transcripts
 
 
 def make_run(tmp_path, *extra: str):

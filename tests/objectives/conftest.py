@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -11,9 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "training"))  # toy_rewards: shared with the engine's tests
-
-from toy_rewards import trainer_factory  # noqa: E402
+from tests.helpers.toy_rewards import trainer_factory  # noqa: E402
 
 torch.set_num_threads(1)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

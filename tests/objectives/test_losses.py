@@ -6,13 +6,13 @@ import math
 
 import pytest
 import torch
-from objective_batches import JUDGE, clip_term, fixed_batch, k3
 
 from stateset_agents.errors import InputError
 from stateset_plugins.trainers.batch import Batch
 from stateset_plugins.trainers.objectives import get_objective
 from stateset_plugins.trainers.objectives.common import gae, group_expectation_log_weight
 from stateset_plugins.trainers.objectives.vapo import policy_lambda
+from tests.helpers.objective_batches import JUDGE, clip_term, fixed_batch, k3
 
 NEW = ("gepo", "vapo", "ppo", "rlaif", "cispo")
 

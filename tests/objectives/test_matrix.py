@@ -3,14 +3,11 @@ its table, JSONL and plot."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+from stateset_agents import stats
+from tests.helpers.benchmarks import load_benchmark
 
-import algorithms  # noqa: E402
-
-from stateset_agents import stats  # noqa: E402
+algorithms = load_benchmark("algorithms")
 
 
 def test_grpo_beats_the_untrained_model_on_held_out_prompts():

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
-from judge_server import JudgeServer
-from toy_rewards import make_rows, write_rows
-
 from stateset_agents.cli import main
 from stateset_plugins.trainers.judge import parse_score
+from tests.helpers.toy_rewards import make_rows, write_rows
+from tests.objectives.judge_server import JudgeServer
 
 
 def test_parse_score():

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 import torch
-from judge_server import JudgeServer
-from objective_batches import rollout_batch
 
 from stateset_plugins.trainers.objectives import get_objective
+from tests.helpers.objective_batches import rollout_batch
+from tests.objectives.judge_server import JudgeServer
 
 NEW = ("gepo", "vapo", "ppo", "rlaif", "cispo")
 

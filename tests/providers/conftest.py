@@ -26,7 +26,7 @@ GPUS = [{"id": "NVIDIA H100 80GB HBM3", "displayName": "H100 SXM", "memoryInGb":
         {"id": "NVIDIA H100 PCIe", "displayName": "H100 PCIe", "memoryInGb": 80, "securePrice": 2.39},
         {"id": "NVIDIA A40", "displayName": "A40", "memoryInGb": 48, "securePrice": 0.44},
         {"id": "NVIDIA L4", "displayName": "L4", "memoryInGb": 24, "securePrice": None}]
-from provider_helpers import IMAGE  # noqa: F401 - shared with the test modules
+from tests.providers.provider_helpers import IMAGE  # noqa: F401 - shared with the test modules
 
 
 @pytest.fixture(autouse=True)

@@ -5,21 +5,19 @@ session before the cap, the resource terminated on exit, and the session booked 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
-from fake_modal import fake_modal  # noqa: F401 - the fixture
-from provider_helpers import IMAGE
 
 from stateset_agents.cli import main
 from stateset_agents.jsonio import sha256_file, write_json
 from stateset_agents.remote import state
+from tests.providers.fake_modal import fake_modal  # noqa: F401 - the fixture
+from tests.providers.provider_helpers import IMAGE
 
 pytest.importorskip("torch")
 pytest.importorskip("peft")
-sys.path.insert(0, str(Path(__file__).parent))
 
-from fake_river import FakeRiver  # noqa: E402
+from tests.providers.fake_river import FakeRiver  # noqa: E402
 
 RUN_ID = "sa-" + "c" * 20
 SESSION_ID = f"{RUN_ID}-chat"
@@ -243,9 +241,8 @@ def test_modal_chat_refuses_a_tampered_adapter_on_the_volume(fake_modal, tiny_mo
 def _river_in_process(monkeypatch):
     """provider:river in this process: its client (and so the registry's availability check) needs Python 3.12+,
     and the fake stands in for river_sdk anyway."""
-    from stateset_plugins.providers.river import RiverProvider
-
     from stateset_agents.remote import session
+    from stateset_plugins.providers.river import RiverProvider
 
     real = session.open_provider
     monkeypatch.setattr(session, "open_provider", lambda name, config=None: RiverProvider(dict(config or {}))

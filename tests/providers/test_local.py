@@ -4,22 +4,18 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from stateset_agents.cli import main
 from stateset_agents.remote import state
 
-TRAINING = Path(__file__).resolve().parents[1] / "training"
-
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    sys.path.insert(0, str(TRAINING))
-    from toy_rewards import build_tiny_model
+    from tests.helpers.toy_rewards import build_tiny_model
 
     path = tmp_path_factory.mktemp("tiny")
     build_tiny_model(path)
@@ -27,8 +23,7 @@ def tiny_model(tmp_path_factory):
 
 
 def _write_inputs(tmp_path):
-    sys.path.insert(0, str(TRAINING))
-    from toy_rewards import make_rows, write_rows
+    from tests.helpers.toy_rewards import make_rows, write_rows
 
     data = write_rows(tmp_path / "curated.jsonl", make_rows())
     prompts = tmp_path / "held_out.txt"

@@ -11,13 +11,13 @@ from types import SimpleNamespace
 from unittest import mock
 
 import pytest
-from fake_modal import fake_modal  # noqa: F401 - the fixture
-from provider_helpers import IMAGE
 
 from stateset_agents.errors import InputError
 from stateset_agents.remote import session
 from stateset_agents.remote.cap import CapExceeded
 from stateset_agents.runtimes import load_component
+from tests.providers.fake_modal import fake_modal  # noqa: F401 - the fixture
+from tests.providers.provider_helpers import IMAGE
 
 
 def _modal_config(dataset, **over):

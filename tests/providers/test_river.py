@@ -4,10 +4,8 @@ under the cap and the watchdog, attaches on retry, and comes back with checksumm
 from __future__ import annotations
 
 import json
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -16,18 +14,14 @@ from stateset_agents.remote.cap import CapExceeded
 
 pytest.importorskip("torch")
 pytest.importorskip("peft")
-TRAINING = Path(__file__).resolve().parents[1] / "training"
-sys.path.insert(0, str(TRAINING))
-sys.path.insert(0, str(Path(__file__).parent))
-
-from fake_river import FakeRiver  # noqa: E402
+from tests.providers.fake_river import FakeRiver  # noqa: E402
 
 PRICES = {"train_per_mtok": 1.0, "sample_per_mtok": 1.0}
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from toy_rewards import build_tiny_model
+    from tests.helpers.toy_rewards import build_tiny_model
 
     path = tmp_path_factory.mktemp("tiny")
     build_tiny_model(path)
@@ -44,10 +38,10 @@ def fake_river(tiny_model, monkeypatch):
 
 def test_grpo_through_the_river_backend_updates_the_adapter(fake_river, tiny_model, tmp_path):
     from safetensors.torch import load_file
-    from toy_rewards import DigitReward, make_rows, write_rows
     from transformers import AutoTokenizer
 
     from stateset_plugins.trainers.api import GRPOTrainer
+    from tests.helpers.toy_rewards import DigitReward, make_rows, write_rows
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     usage = tmp_path / "usage.json"
@@ -142,7 +136,7 @@ def _config(dataset, tiny_model, prompts, cap, steps=2):
 
 
 def _inputs(tmp_path):
-    from toy_rewards import make_rows, write_rows
+    from tests.helpers.toy_rewards import make_rows, write_rows
 
     prompts = tmp_path / "held_out.txt"
     prompts.write_text("what is 7 + 8\n")

@@ -4,13 +4,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from provider_helpers import IMAGE
 
 from stateset_agents.errors import InputError
 from stateset_agents.remote import session, state
 from stateset_agents.remote.cap import CapExceeded
 from stateset_agents.remote.worker import receipt_for, serve_files
 from stateset_agents.runtimes import load_component
+from tests.providers.provider_helpers import IMAGE
 
 
 def _config(dataset, **over):

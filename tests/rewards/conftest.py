@@ -9,7 +9,7 @@ import yaml
 POLICY_PATH = (Path(__file__).resolve().parents[2] / "plugins" / "stateset_plugins" / "rewards" / "policies"
                / "airline.yaml")
 
-from reward_builders import conversation_score
+from tests.rewards.reward_builders import conversation_score
 
 
 @pytest.fixture(scope="session")
@@ -20,8 +20,8 @@ def airline_policy() -> dict:
 @pytest.fixture(scope="session")
 def score_auc():
     """reward, records -> (ROC AUC of conversation score vs the success label, {id: score})."""
-    from tests.helpers.realdata import tau_labels
     from stateset_agents.stats import roc_auc
+    from tests.helpers.realdata import tau_labels
 
     labels = tau_labels()
 

@@ -1,7 +1,6 @@
 """_grounding: a reply's values (amounts, dates, times, ids, names) are grounded in what came before it."""
-from reward_builders import assistant, tool, user
-
 from stateset_plugins.rewards._grounding import GroundingIndex, context_values, mentioned_values, ungrounded
+from tests.rewards.reward_builders import assistant, tool, user
 
 
 def test_values_are_canonical_whatever_their_written_form():

@@ -6,7 +6,6 @@ margin of 0.02: a change to a reward that loses more than that out of fold fails
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from stateset_agents.pipeline.calibrate import fit_logistic
 from stateset_agents.stats import (bootstrap_auc_interval, group_bootstrap_auc_interval, grouped_stratified_folds,
                                    out_of_fold_auc, roc_auc)
+from tests.helpers.benchmarks import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 MARGIN = 0.02
@@ -121,11 +121,7 @@ def test_logistic_fit_recovers_log_odds_and_is_optimal_under_its_penalty():
 
 @pytest.fixture(scope="module")
 def benchmark():
-    spec = importlib.util.spec_from_file_location("reward_validity_under_test", ROOT / "benchmarks"
-                                                  / "reward_validity.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("reward_validity")
 
 
 @pytest.fixture(scope="module")

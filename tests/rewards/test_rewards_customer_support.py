@@ -1,5 +1,5 @@
-from reward_builders import assistant, conversation, tool, user
 from stateset_plugins.rewards.customer_support import CustomerSupportReward
+from tests.rewards.reward_builders import assistant, conversation, tool, user
 
 TOOLS = [{"type": "function", "function": {"name": "transfer_to_human_agents", "parameters": {"type": "object"}}},
          {"type": "function", "function": {"name": "update_order", "parameters": {"type": "object"}}}]
@@ -111,8 +111,8 @@ def test_lookup_only_turns_are_not_applicable_and_vocabulary_is_configurable():
 
 
 def test_real_tau_airline_auc_beats_length_baseline(score_auc):
-    from tests.helpers.realdata import tau_labels, tau_log_records
     from stateset_agents.stats import roc_auc
+    from tests.helpers.realdata import tau_labels, tau_log_records
 
     records = tau_log_records(with_expected_calls=False)
     auc, _ = score_auc(CustomerSupportReward(), records)
@@ -220,8 +220,7 @@ def test_metamorphic_broken_replies_score_below_real_ones_on_real_logs():
     import re
 
     from tests.helpers.realdata import tau_log_records
-
-    from reward_builders import conversation_score
+    from tests.rewards.reward_builders import conversation_score
 
     records = tau_log_records(with_expected_calls=False)
     reward = CustomerSupportReward()

@@ -2,8 +2,8 @@ from fractions import Fraction
 
 import pytest
 
-from reward_builders import assistant, conversation, user
 from stateset_plugins.rewards.gsm8k import GSM8KReward, extract_answer
+from tests.rewards.reward_builders import assistant, conversation, user
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -66,8 +66,8 @@ def test_improve_through_a_plugin_writes_what_in_process_writes_on_a_mixed_log(t
     files `improve` writes are byte for byte the in-process ones, and a key spelt with escapes is still found."""
     import orjson
 
-    from tests.helpers.realdata import gsm8k_solutions, tau_log_records
     from stateset_agents.pipeline.improve import run_improve
+    from tests.helpers.realdata import gsm8k_solutions, tau_log_records
 
     lines = []
     for i, row in enumerate(gsm8k_solutions()[:12]):

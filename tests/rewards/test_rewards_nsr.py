@@ -2,9 +2,9 @@ import copy
 
 import pytest
 
-from reward_builders import assistant, conversation, tool, user
 from stateset_agents.errors import InputError
 from stateset_plugins.rewards.nsr import NSRReward
+from tests.rewards.reward_builders import assistant, conversation, tool, user
 
 SHOP_POLICY = {
     "name": "shop",
@@ -129,8 +129,8 @@ def test_real_tau_airline_auc(airline_policy, score_auc):
 def test_real_tau_airline_scoring_is_chosen_out_of_fold(airline_policy, score_auc):
     """The scoring rule is a fitted choice: chosen on the training folds (grouped by task, stratified so that each
     holds successes), judged on the held-out fold. The pooled out-of-fold AUC is the figure docs/rewards.md shows."""
-    from tests.helpers.realdata import tau_labels, tau_log_records
     from stateset_agents.stats import grouped_stratified_folds, out_of_fold_auc, roc_auc
+    from tests.helpers.realdata import tau_labels, tau_log_records
 
     records, labels = tau_log_records(with_expected_calls=False), tau_labels()
     ids = sorted(r["id"] for r in records)

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from reward_builders import assistant, conversation, tool, user
 from stateset_agents.errors import InputError
 from stateset_plugins.rewards.nsr import NSRReward
-from test_rewards_nsr import (_SAME_FLIGHTS, _booking, _breakdown, _certificate, _change_conversation,
-                              _direct, _evaluate, _passenger_request, _verdicts, _with_messages)
+from tests.rewards.reward_builders import assistant, conversation, tool, user
+from tests.rewards.test_rewards_nsr import (_SAME_FLIGHTS, _booking, _breakdown, _certificate, _change_conversation,
+                                            _direct, _evaluate, _passenger_request, _verdicts, _with_messages)
 
 SHOP = {
     "name": "shop", "scoring": "per_breach",

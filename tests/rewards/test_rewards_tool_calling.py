@@ -1,7 +1,7 @@
 import json
 
-from reward_builders import assistant, conversation, tool, user
 from stateset_plugins.rewards.tool_calling import CONDUCT_WEIGHT, ToolCallingReward
+from tests.rewards.reward_builders import assistant, conversation, tool, user
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_order", "parameters": {
@@ -331,8 +331,8 @@ def test_breakdown_keeps_numeric_checks_at_the_top_level_and_the_version_moved()
 
 
 def test_grade_conversation_equals_grading_turn_by_turn_on_real_logs():
-    from tests.helpers.realdata import tau_log_records
     from stateset_agents.components import assistant_turns
+    from tests.helpers.realdata import tau_log_records
 
     reward = ToolCallingReward()
     for expected in (True, False):

@@ -3,8 +3,6 @@ memory with a ChatML template (which, like SmolLM2's, prints only `content`), an
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,10 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))  # toy_rewards is shared with subprocess runs
-
-from toy_rewards import DigitReward, make_rows, trainer_factory  # noqa: E402
+from tests.helpers.toy_rewards import DigitReward, make_rows, trainer_factory  # noqa: E402
 
 torch.set_num_threads(1)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

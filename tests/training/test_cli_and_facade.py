@@ -5,9 +5,8 @@ import json
 import subprocess
 import sys
 
-from toy_rewards import make_rows, write_rows
-
 from stateset_agents.cli import main
+from tests.helpers.toy_rewards import make_rows, write_rows
 
 
 def test_train_command_runs_refuses_and_resumes(tiny_model_dir, tmp_path, capsys):

@@ -3,10 +3,10 @@ once per distinct prompt, the completion on top of them with gradient. Same log-
 from __future__ import annotations
 
 import torch
-from objective_batches import rollout_batch
 
 from stateset_plugins.trainers.backend import completion_logprobs
 from stateset_plugins.trainers.objectives import get_objective
+from tests.helpers.objective_batches import rollout_batch
 
 
 def test_detached_prompt_gives_the_same_log_probs_and_moves_the_completion_only(tiny):

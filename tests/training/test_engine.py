@@ -9,7 +9,7 @@ import torch
 
 from stateset_agents.errors import InputError
 from stateset_plugins.trainers.api import TrainingFailed
-from toy_rewards import NaNReward
+from tests.helpers.toy_rewards import NaNReward
 
 
 def events_of(trainer):

@@ -3,11 +3,11 @@ looks once at test; the gate decides per recipe; JSON, table and plot are writte
 starts an unfinished one over."""
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.benchmarks import load_benchmark
+
 PRESET = {"base_model": "tiny-random",
           "sft": {"steps": 2, "config": {"batch_size": 2, "learning_rate": 1e-3, "save_every": 2}},
           "grpo": {"steps": 2, "config": {"num_generations": 2, "batch_size": 1, "max_new_tokens": 8,
@@ -16,10 +16,7 @@ PRESET = {"base_model": "tiny-random",
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("evidence_benchmark", ROOT / "benchmarks" / "evidence.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("evidence")
 
 
 def test_evidence_runs_gates_renders_and_resumes(tmp_path, monkeypatch):

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from toy_rewards import DigitReward, make_rows, write_rows
-
 from stateset_agents.jsonio import sha256_file
 from stateset_plugins.trainers.run import train_run
+from tests.helpers.toy_rewards import DigitReward, make_rows, write_rows
 
 CONFIG = {"max_new_tokens": 8, "batch_size": 2, "num_generations": 2, "learning_rate": 2e-2, "save_every": 1}
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from stateset_agents.errors import InputError
-from objective_batches import clip_term, fixed_batch, k3, rollout_batch
 from stateset_plugins.trainers.objectives import ALGORITHMS, get_objective
 from stateset_plugins.trainers.objectives.dapo import overlong_penalty
+from tests.helpers.objective_batches import clip_term, fixed_batch, k3, rollout_batch
 
 RL = ("grpo", "gspo", "dapo", "multi_turn_grpo")
 #: Every objective that samples (all but sft).

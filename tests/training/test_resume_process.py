@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).parent / "run_toy.py"
+SCRIPT = "tests.helpers.run_toy"  # run with -m: the repo root is on PYTHONPATH (tests/conftest.py)
 STEPS = 5
 
 
 def launch(model_dir, out, *extra, sleep="0.02"):
     env = {**os.environ, "TOY_REWARD_SLEEP": sleep, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.Popen([sys.executable, str(SCRIPT), str(model_dir), str(out), str(STEPS), *extra],
+    return subprocess.Popen([sys.executable, "-m", SCRIPT, str(model_dir), str(out), str(STEPS), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 

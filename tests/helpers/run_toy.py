@@ -1,5 +1,6 @@
-"""Run a toy training job in its own process (for the kill/resume tests): python run_toy.py MODEL_DIR OUT STEPS
-[--resume]. Prints one JSON event a line; exits 0 completed, 130 interrupted, 1 failed."""
+"""Run a toy training job in its own process (for the kill/resume tests): python -m tests.helpers.run_toy MODEL_DIR
+OUT STEPS [--resume], with the repo root on PYTHONPATH. Prints one JSON event a line; exits 0 completed, 130
+interrupted, 1 failed."""
 from __future__ import annotations
 
 import json
@@ -8,12 +9,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).parent))
+from stateset_plugins.trainers.run import train_run
+from tests.helpers.toy_rewards import DigitReward, make_rows, write_rows
+
 torch.set_num_threads(1)
-
-from toy_rewards import DigitReward, make_rows, write_rows  # noqa: E402
-
-from stateset_plugins.trainers.run import train_run  # noqa: E402
 
 
 def main() -> int:
