@@ -3,7 +3,7 @@ runtime. It ships with the kernel so a third party runs it on their own plugin (
 NAME [--runtime R]`); the project's tests run it over every registered component.
 
     from stateset_agents.conformance import check_component
-    failures = [r for r in check_component("reward:politeness", ["inprocess", "subprocess"]) if not r.passed]
+    failures = [r for r in check_component("reward:my_reward", ["inprocess", "subprocess"]) if not r.passed]
 
 Every check runs in each runtime asked for, and wherever the contract says an answer is the component's own (grade
 rows, rejects, a quote's price, a refusal), an out-of-process runtime must give the in-process answer. The suite

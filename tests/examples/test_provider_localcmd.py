@@ -1,0 +1,174 @@
+"""examples/stateset-provider-localcmd: a third party's provider, installed with pip, that `train-remote` runs jobs
+through under the cost cap, with no kernel edit."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stateset_agents.cli import main
+
+from .conftest import installed, require_container
+
+PACKAGE = "stateset-provider-localcmd"
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+def test_discovered_through_its_own_entry_point_and_listed(capsys):
+    spec = installed("provider:localcmd", PACKAGE)
+    assert spec.plugin == "localcmd"
+    assert main(["plugins", "list", "--json", "--kind", "provider"]) == 0
+    rows = {r["component"]: r for r in json.loads(capsys.readouterr().out)["components"]}
+    assert rows["provider:localcmd"]["package"] == PACKAGE and rows["provider:localcmd"]["available"]
+
+
+def test_plugins_check_passes_in_process_and_in_a_subprocess(capsys):
+    assert main(["plugins", "check", "localcmd", "--runtime", "inprocess", "--runtime", "subprocess"]) == 0
+    assert "provider:localcmd: all 10 checks passed (inprocess, subprocess)" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.container
+def test_plugins_check_passes_in_a_container(capsys):
+    require_container("provider:localcmd")
+    assert main(["plugins", "check", "localcmd", "--runtime", "container"]) == 0, capsys.readouterr().out
+
+
+def _remote_config(tmp_path: Path, **provider_config) -> Path:
+    path = tmp_path / "remote.yaml"
+    path.write_text(json.dumps({"provider_config": provider_config,
+                                "training": {"steps": 1, "batch_size": 2, "max_new_tokens": 4, "save_every": 1}}))
+    return path
+
+
+def test_train_remote_through_the_example_provider_under_the_cap(tiny_model_dir, curated, held_out, tmp_path,
+                                                                 state_dir, capsys):
+    """The Done-when run: a real training job (the tiny model, one update) through the provider's command,
+    priced at 0.5 USD an hour, collected with checked artifacts and booked under the cap."""
+    out = tmp_path / "runs" / "r1"
+    argv = ["train-remote", "--provider", "localcmd", "--dataset", str(curated), "--base-model", str(tiny_model_dir),
+            "--eval-prompts", str(held_out), "--max-cost", "1", "--max-hours", "0.5", "--algorithm", "sft",
+            "--reward", "gsm8k", "--config", str(_remote_config(tmp_path, usd_per_hour=0.5)), "--output", str(out)]
+    assert main(argv) == 0, capsys.readouterr().err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["committed_updates"] == 1
+    assert (out / "adapter" / "adapter_model.safetensors").exists()
+    receipt = json.loads((out / "remote_receipt.json").read_text())
+    assert receipt["provider"] == "localcmd" and 0 < receipt["spend_usd"] <= 1
+    from stateset_agents.remote import state
+
+    [booked] = state.read_ledger()
+    assert booked["outcome"] == "collected" and booked["provider"] == "localcmd"
+    assert 0 < booked["spend_usd"] <= booked["max_cost_usd"] == 1
+    job = state_dir / "localcmd" / "jobs" / receipt["run_id"]
+    assert json.loads((job / "exit.json").read_text())["reason"] == "exited"
+
+
+def test_a_worst_case_above_the_cap_is_refused_before_anything_runs(curated, tmp_path, state_dir, capsys):
+    argv = ["train-remote", "--provider", "localcmd", "--dataset", str(curated), "--max-cost", "0.1",
+            "--max-hours", "0.5", "--config", str(_remote_config(tmp_path, usd_per_hour=0.5))]
+    assert main(argv) == 4
+    err = " ".join(capsys.readouterr().err.split())
+    assert "worst case is above --max-cost $0.10" in err and "$0.5000/GPU-hour x 1 x 0.5 h" in err
+    assert not (state_dir / "localcmd").exists()
+
+
+def _plan(tmp_path: Path, run_id: str, *, max_cost: float, max_hours: float) -> dict:
+    from stateset_agents.plugin_api import jobs
+
+    workspace = tmp_path / f"ws-{run_id}"
+    workspace.mkdir(exist_ok=True)
+    plan = {"run_id": run_id, "max_cost_usd": max_cost, "max_hours": max_hours, "gpu": {"id": "cpu", "count": 1},
+            "inputs": {}}
+    (workspace / "plan.json").write_text(json.dumps(plan))
+    (workspace / "config.json").write_text("{}")
+    return {**plan, "bundle": jobs.bundle(workspace, plan)}
+
+
+def _wait_for(provider, run_id: str, states: tuple[str, ...], seconds: float = 60) -> dict:
+    end = time.time() + seconds
+    while time.time() < end:
+        status = provider.status(run_id)
+        if status["state"] in states:
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"{run_id} never reached {states}: {status}")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_the_job_itself_stops_where_its_spend_reaches_the_cap(tmp_path):
+    """Nobody watches: at 3600 USD an hour (1 USD a second) a cap of 13 USD leaves 3 seconds once the kill's
+    grace (10 s) is kept back; the supervisor stops the command there, and the job reports it and its spend."""
+    from stateset_agents.runtimes import load_component
+
+    with load_component("provider:localcmd", config={"command": SLEEPER, "usd_per_hour": 3600.0}) as provider:
+        started = provider.launch(_plan(tmp_path, "sa-capped-job", max_cost=13.0, max_hours=1.0))
+        assert started["deadline_at"] - started["created_at"] == pytest.approx(3.0, abs=0.01)
+        assert provider.launch(_plan(tmp_path, "sa-capped-job", max_cost=13.0, max_hours=1.0))["attached"]
+        assert _wait_for(provider, "sa-capped-job", ("running",))["state"] == "running"
+        final = _wait_for(provider, "sa-capped-job", ("terminated", "failed", "succeeded"))
+    assert final["state"] == "terminated" and "deadline" in final["message"]
+    assert 3.0 <= final["uptime_s"] < 13.0 and final["spend_usd"] < 13.0
+    pid = json.loads((Path(os.environ["STATESET_AGENTS_STATE_DIR"]) / "localcmd" / "jobs" / "sa-capped-job" /
+                      "process.json").read_text())["pid"]
+    assert _gone(pid)
+
+
+def test_the_kernels_watchdog_terminates_the_job_before_the_cap(curated, tmp_path):
+    """The kernel's side of the cap, through the provider out of process: quote, plan, launch, and a watchdog that
+    terminates the (never-ending) job before its spend, plus a termination's worth, would pass the cap."""
+    from stateset_agents.remote import session, state
+    from stateset_agents.runtimes import load_component
+
+    config = {"provider": "localcmd", "dataset": str(curated), "max_cost_usd": 66.5, "max_hours": 66 / 3600,
+              "provider_config": {"command": SLEEPER, "usd_per_hour": 3600.0}}
+    with load_component("provider:localcmd", config=config["provider_config"], runtime="subprocess") as provider:
+        plan = session.prepare(config, tmp_path / "ws", provider)
+        record = session.launch(tmp_path / "ws", provider, output=tmp_path / "out")
+        done = session.watch(record["run_id"], provider, poll_s=0.2)
+        assert provider.status(plan["run_id"])["state"] == "terminated"
+    assert done["phase"] == "capped" and done["final"]["stopped_by"] == "cap"
+    assert done["spend_usd"] <= 66.5
+    assert [r["outcome"] for r in state.read_ledger()] == ["capped"]
+
+
+def test_terminate_stops_the_whole_job_and_reports_it(tmp_path):
+    from stateset_agents.runtimes import load_component
+
+    with load_component("provider:localcmd", config={"command": SLEEPER}) as provider:
+        provider.launch(_plan(tmp_path, "sa-stopped", max_cost=1.0, max_hours=1.0))
+        _wait_for(provider, "sa-stopped", ("running",))
+        assert provider.terminate("sa-stopped")["terminated"] is True
+        status = provider.status("sa-stopped")
+        assert status["state"] == "terminated" and status["spend_usd"] == 0.0
+        assert provider.terminate("sa-stopped")["terminated"] is False
+        assert [j["run_id"] for j in provider.list_jobs()] == ["sa-stopped"]
+        assert provider.artifacts({"run_id": "sa-stopped"})["files"] == []
+
+
+def test_a_command_that_fails_is_a_failed_job_and_artifacts_stay_inside_the_run(tmp_path):
+    from stateset_agents.errors import StatesetError
+    from stateset_agents.runtimes import load_component
+
+    failing = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    with load_component("provider:localcmd", config={"command": failing}) as provider:
+        provider.launch(_plan(tmp_path, "sa-fails", max_cost=1.0, max_hours=1.0))
+        status = _wait_for(provider, "sa-fails", ("failed", "succeeded", "terminated"))
+        assert status["state"] == "failed" and "exited with code 3" in status["message"]
+        for path in ("../job.json", "/etc/passwd", "missing.txt"):
+            with pytest.raises(StatesetError):
+                provider.read_artifact({"run_id": "sa-fails", "path": path})
+        with pytest.raises(StatesetError, match="not a run id"):
+            provider.status("../elsewhere")
+        with pytest.raises(StatesetError, match="training jobs only"):
+            provider.chat_open({"session_id": "s"})
