@@ -11,15 +11,15 @@ and `stateset_agents.training.NAME_trainer` exports ``<Stem>Trainer``, ``<Stem>C
     # my_rloo/objective.py
     from dataclasses import dataclass
 
-    from stateset_plugins.trainers.objectives import Objective, RLConfig, policy_loss
+    from stateset_plugins.trainers.objectives import Objective, PolicyConfig, safe
 
     @dataclass
-    class RLOOConfig(RLConfig):
+    class RLOOConfig(PolicyConfig):
         algorithm = "rloo"
         beta: float = 0.0
 
     class RLOO(Objective):
-        name, stem, Config = "rloo", "RLOO", RLOOConfig
+        name, version, stem, Config = "rloo", "0.1.0", "RLOO", RLOOConfig
 
         def advantages(self, rewards, group_size, config):
             # REINFORCE leave-one-out: each sample's baseline is the mean of the other G - 1 rewards
@@ -28,7 +28,8 @@ and `stateset_agents.training.NAME_trainer` exports ``<Stem>Trainer``, ``<Stem>C
             return (grouped - baseline).reshape(-1)
 
         def loss(self, new_logp, batch, config):
-            return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon, token_level=True)
+            mask = batch.completion_mask
+            return -(batch.advantages * (safe(new_logp, mask) * mask).sum(-1)).mean(), {}
 
     # my_rloo/__init__.py  (the entry point: stateset_agents = {rloo = "my_rloo"}; imports no torch)
     from stateset_agents import hookimpl
@@ -37,6 +38,9 @@ and `stateset_agents.training.NAME_trainer` exports ``<Stem>Trainer``, ``<Stem>C
     @hookimpl
     def register_trainers(register):
         register_objective(register, "my_rloo.objective:RLOO", name="rloo", version="0.1.0")
+
+The registered name and version must be the class's (the registry checks on load). docs/plugins.md has the table of
+hooks; `examples/stateset-trainer-rloo` is this objective as a package.
 
 Importing this package is light: `Objective` and the config classes import no torch; `policy_loss` and the other
 shared pieces of `common` load on first use.
