@@ -3,7 +3,9 @@
 Every plugin, first-party or not, is a module named by an entry point in that group. Loading a plugin calls its
 `register_*` hooks with a `register` callback; what it registers is a `ComponentSpec`, which may name its class lazily
 ("module:attr") so that a component whose optional dependencies are missing is still listed, as unavailable, with
-the command that installs them.
+the command that installs them, and so that listing components (`plugins list`, a command's `--help`) imports no
+component module. Plugins also register the command-line options their components take (`OptionSpec`) and the
+container images that serve them (`ImageSpec`); faces read these, and capabilities, instead of lists of names.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import importlib
 import importlib.util
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import pluggy
 
@@ -58,6 +60,11 @@ class ComponentSpec:
     def available(self) -> bool:
         return not self.missing
 
+    def offers(self, capability: str) -> bool:
+        if capability == "local" and self.kind == "trainer" and not {"local", "remote"} & set(self.capabilities):
+            return True  # a trainer registered before placements were declared runs where it always ran: here
+        return capability in self.capabilities
+
     def load_class(self) -> type[Component]:
         missing = self.missing
         if missing:
@@ -70,7 +77,18 @@ class ComponentSpec:
         except ImportError as exc:
             raise ComponentUnavailable(self.full_name, [exc.name or module_name],
                                        self.install or f"pip install {exc.name or module_name}") from None
-        return getattr(module, attr)
+        cls = getattr(module, attr, None)
+        if not isinstance(cls, type) or not issubclass(cls, BASE_CLASSES[self.kind]):
+            raise StatesetError(f"plugin {self.plugin} registered {self.full_name} as {self.target}, which is not "
+                                f"a stateset_agents.{BASE_CLASSES[self.kind].__name__} subclass")
+        # A lazy registration repeats the class's name and version: they must agree, or lineage would record a
+        # version the code does not have.
+        for what, registered in (("name", self.name), ("version", self.version)):
+            own = getattr(cls, what, "")
+            if own and own != registered:
+                raise StatesetError(f"plugin {self.plugin} registered {self.full_name} with {what} {registered!r}, "
+                                    f"but {self.target} says {own!r}")
+        return cls
 
     def as_row(self) -> dict[str, Any]:
         missing = self.missing
@@ -82,15 +100,102 @@ class ComponentSpec:
         }
 
 
+#: JSON Schema types an option may have (`path`: a string naming a file); what click parses each as is the face's.
+OPTION_TYPES = {"string": {"type": "string"}, "path": {"type": "string"}, "integer": {"type": "integer"},
+                "number": {"type": "number"}, "boolean": {"type": "boolean"}}
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """A command-line option a plugin adds to a command (`register_options`): its value is the config field
+    `field` of the component that runs (for `train`, an objective field)."""
+
+    command: str
+    flag: str
+    field: str
+    type: str = "string"
+    help: str = ""
+    components: tuple[str, ...] = ()
+    plugin: str = ""
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return {**OPTION_TYPES[self.type], **({"description": self.help} if self.help else {})}
+
+    def applies_to(self, full_name: str) -> bool:
+        return not self.components or full_name in self.components
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """A container image role (`register_images`): how `images build ROLE` builds it, and what it serves."""
+
+    role: str
+    dockerfile: str
+    base: str
+    kinds: tuple[str, ...] = ()
+    components: tuple[str, ...] = ()
+    offline: bool = True
+    gpu_base: str | None = None
+    stacks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    help: str = ""
+    plugin: str = ""
+
+    def serves(self, row: Mapping[str, Any]) -> bool:
+        """Whether the image holds a component (a `plugins list --json` row)."""
+        return bool(row.get("available")) and (row["kind"] in self.kinds or row["component"] in self.components)
+
+
 @dataclass
 class Registry:
     components: dict[str, ComponentSpec] = field(default_factory=dict)
     plugins: dict[str, str] = field(default_factory=dict)  # plugin name -> package
     load_errors: dict[str, str] = field(default_factory=dict)
+    options: list[OptionSpec] = field(default_factory=list)
+    images: dict[str, ImageSpec] = field(default_factory=dict)
 
     def all(self, kind: str | None = None) -> list[ComponentSpec]:
         specs = [s for s in self.components.values() if kind is None or s.kind == kind]
         return sorted(specs, key=lambda s: (KINDS.index(s.kind), s.name))
+
+    def names(self, kind: str, capability: str | None = None) -> list[str]:
+        """Bare names of the components of `kind` (that offer `capability`), sorted."""
+        return [s.name for s in self.all(kind) if capability is None or s.offers(capability)]
+
+    def offering(self, kind: str, capability: str) -> ComponentSpec:
+        """The one component of `kind` that offers `capability` (e.g. the evaluator that compares base and
+        adapter: `offering("evaluator", "paired")`)."""
+        specs = [s for s in self.all(kind) if s.offers(capability)]
+        if len(specs) == 1:
+            return specs[0]
+        if not specs:
+            raise UnknownComponent(f"no installed {kind} offers {capability!r} (`stateset-agents plugins list` "
+                                   "shows each component's capabilities)")
+        raise UnknownComponent(f"several {kind}s offer {capability!r}: {', '.join(s.full_name for s in specs)}; "
+                               f"limit the plugins that load with {PLUGINS_ENV}")
+
+    def require(self, name: str, kind: str, capability: str, what: str) -> ComponentSpec:
+        """`resolve(name, kind)`, refused unless the component offers `capability`; `what` says what needs it."""
+        spec = self.resolve(name, kind)
+        if not spec.offers(capability):
+            able = ", ".join(self.names(kind, capability)) or "none installed"
+            raise UnknownComponent(f"{spec.full_name} does not declare {capability!r}, which {what} needs; "
+                                   f"those that do: {able}")
+        return spec
+
+    def default(self, kind: str, capability: str | None = None, *, face: str | None = None) -> str | None:
+        """The component a face takes when none is named: among those offering `capability`, the one declaring
+        ``default:FACE``, else the one declaring ``default``, else the only one installed; None when no single
+        component is left (the face then asks for a name)."""
+        specs = [s for s in self.all(kind) if capability is None or s.offers(capability)]
+        for wanted in ([f"default:{face}"] if face else []) + ["default"]:
+            chosen = [s for s in specs if s.offers(wanted)]
+            if len(chosen) == 1:
+                return chosen[0].name
+        return specs[0].name if len(specs) == 1 else None
+
+    def options_for(self, command: str) -> list[OptionSpec]:
+        return [o for o in self.options if o.command == command]
 
     def resolve(self, name: str, kind: str | None = None) -> ComponentSpec:
         """Accept `KIND:NAME`, or a bare `NAME` where it is unique (within `kind` when given)."""
@@ -142,6 +247,49 @@ def _make_register(registry: Registry, kind: str, plugin: str, package: str) -> 
     return register
 
 
+def _make_option_register(registry: Registry, plugin: str) -> Callable:
+    def register(command: str, flag: str, *, field: str | None = None, type: str = "string", help: str = "",
+                 components: Iterable[str] = ()) -> None:
+        where = f"plugin {plugin}: option {flag!r}"
+        if not isinstance(flag, str) or not flag.startswith("--") or len(flag) < 3:
+            raise StatesetError(f"{where}: a flag is spelled --NAME")
+        if type not in OPTION_TYPES:
+            raise StatesetError(f"{where}: type {type!r} is not one of {', '.join(OPTION_TYPES)}")
+        comps = tuple(components)
+        for full in comps:
+            if full.partition(":")[0] not in KINDS or not full.partition(":")[2]:
+                raise StatesetError(f"{where}: components are named KIND:NAME, not {full!r}")
+        name = field or flag[2:].replace("-", "_")
+        for other in registry.options:
+            if other.command == command and (other.flag == flag or other.field == name):
+                raise StatesetError(f"{command} {flag} ({name}) is registered twice: by plugin {other.plugin} and by "
+                                    f"plugin {plugin}")
+        registry.options.append(OptionSpec(command=command, flag=flag, field=name, type=type, help=help,
+                                           components=comps, plugin=plugin))
+
+    return register
+
+
+def _make_image_register(registry: Registry, plugin: str) -> Callable:
+    def register(role: str, *, dockerfile: str, base: str, kinds: Iterable[str] = (), components: Iterable[str] = (),
+                 offline: bool = True, gpu_base: str | None = None,
+                 stacks: Mapping[str, Mapping[str, str]] | None = None, help: str = "") -> None:
+        kinds = tuple(kinds)
+        if not role or any(k not in KINDS for k in kinds):
+            raise StatesetError(f"plugin {plugin}: image role {role!r} needs a name and kinds among {', '.join(KINDS)}")
+        if role in registry.images:
+            raise StatesetError(f"image role {role!r} is registered twice: by plugin {registry.images[role].plugin} "
+                                f"and by plugin {plugin}")
+        if gpu_base and "cuda" not in (stacks or {}):
+            raise StatesetError(f"plugin {plugin}: image role {role!r} has a gpu_base but no 'cuda' stack")
+        registry.images[role] = ImageSpec(role=role, dockerfile=dockerfile, base=base, kinds=kinds,
+                                          components=tuple(components), offline=offline, gpu_base=gpu_base,
+                                          stacks={k: dict(v) for k, v in (stacks or {}).items()}, help=help,
+                                          plugin=plugin)
+
+    return register
+
+
 def _split_env(var: str) -> list[str] | None:
     raw = os.environ.get(var)
     if raw is None:
@@ -187,6 +335,10 @@ def discover() -> Registry:
         for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
             package = packages.get(impl.plugin_name, "?")
             impl.function(register=_make_register(registry, kind, impl.plugin_name, package))
+    for impl in reversed(pm.hook.register_options.get_hookimpls()):
+        impl.function(register=_make_option_register(registry, impl.plugin_name))
+    for impl in reversed(pm.hook.register_images.get_hookimpls()):
+        impl.function(register=_make_image_register(registry, impl.plugin_name))
     registry.plugins.update(packages)
     return registry
 

@@ -1,10 +1,14 @@
 """`stateset-agents images build | list | reap`: one container image per plugin role, built with the docker SDK.
 
+The kernel declares one role, `plugins` (CPU: any plugin's ingestors, rewards and evaluators); the others are
+declared by the plugins that own them (`register_images`), with their Dockerfile, base image, what they serve and,
+for a role on a GPU base, the pinned stacks (`images build --help` lists the installed roles).
+
 `build ROLE` puts this project's wheel (and third-party plugin wheels, `--plugin`) into a temporary build context
-with the role's Dockerfile. For the offline roles (plugins, river) it adds every dependency's wheel for the base
-image's Python, so the build fetches nothing. The trainer role builds `Dockerfile.gpu` first: by default the GPU
-stack (torch, vLLM, transformers pinned together) from the package index inside the build; with `--cpu`, a CPU
-test build (CPU torch, no vLLM) whose every wheel, torch's included, is collected on the host (`--find-links` for a
+with the role's Dockerfile. For an offline role it adds every dependency's wheel for the base image's Python, so the
+build fetches nothing. A role with a GPU base builds that first (e.g. `Dockerfile.gpu`): by default its `cuda`
+stack (torch, vLLM, transformers pinned together) from the package index inside the build; with `--cpu`, its `cpu`
+test stack (CPU torch, no vLLM) whose every wheel, torch's included, is collected on the host (`--find-links` for a
 local wheel directory), so that build fetches nothing either. The built image is run once to list the components
 it holds; those go into its labels and into the records the container runtime reads (`$STATESET_AGENTS_IMAGES`,
 else ~/.cache/stateset-agents/images.json).
@@ -23,37 +27,37 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from .app import app, console, err_console
+from .app import Group, app, console, err_console
+from .registry_params import registry_command
 
-images_app = typer.Typer(help="Build and list the container images the container runtime runs.", no_args_is_help=True)
+images_app = typer.Typer(help="Build and list the container images the container runtime runs.", no_args_is_help=True,
+                         cls=Group)
 app.add_typer(images_app, name="images")
 
-#: Role -> its Dockerfile, the public base image users build from, the kinds it serves, and whether its
-#: dependencies travel as wheels (offline build) or come from the index inside the build (the CUDA stack).
-ROLES: dict[str, dict[str, Any]] = {
-    "plugins": {"dockerfile": "images/plugins/Dockerfile", "base": "python:3.12-slim",
-                "kinds": ("ingestor", "reward", "evaluator"), "offline": True},
-    "trainer": {"dockerfile": "images/trainer/Dockerfile", "base": "nvidia/cuda:13.0.0-base-ubuntu24.04",
-                "gpu_base": "Dockerfile.gpu", "kinds": ("trainer", "reward", "evaluator"), "offline": False},
-    "river": {"dockerfile": "images/river/Dockerfile", "base": "python:3.13-slim", "kinds": None, "offline": True},
-}
-#: The trainer base's stacks (Dockerfile.gpu's build arguments). GPU: what vLLM 0.33.0 requires (torch==2.14.0,
-#: transformers>=5.16.1,<5.21; PyPI's torch 2.14.0 is the CUDA 13.0 build), installed from the index in the build.
-#: CPU (`--cpu`, for tests): the CPU torch wheel the project's setup installs, no vLLM, the same transformers range,
-#: every wheel collected on the host.
-TRAINER_STACKS: dict[str, dict[str, str]] = {
-    "cuda": {"TORCH": "torch==2.14.0", "VLLM": "vllm==0.33.*", "TRANSFORMERS": "transformers>=5.16.1,<5.21"},
-    "cpu": {"TORCH": "torch==2.13.0+cpu", "VLLM": "", "TRANSFORMERS": "transformers>=5.16.1,<5.21"},
-}
+#: The kernel's one role (a `registry.ImageSpec`): generic, for any plugin's CPU components, every dependency
+#: travelling as a wheel.
+PLUGINS_ROLE = {"role": "plugins", "dockerfile": "images/plugins/Dockerfile", "base": "python:3.12-slim",
+                "kinds": ("ingestor", "reward", "evaluator", "provider"), "offline": True,
+                "help": "CPU: any plugin's ingestors, rewards, evaluators and providers", "plugin": "(kernel)"}
 CACHE_ENV = "STATESET_AGENTS_WHEEL_CACHE"
 
 
-def _serves(role: str, row: dict[str, Any]) -> bool:
-    kinds = ROLES[role]["kinds"]
-    if not row.get("available"):
-        return False
-    # The River role holds River's components, whatever their kind.
-    return row["name"].startswith("river") if kinds is None else row["kind"] in kinds
+def roles(registry=None) -> dict[str, Any]:
+    """Every image role (name -> `registry.ImageSpec`): the kernel's `plugins` and those the plugins declare."""
+    from ..errors import StatesetError
+    from ..registry import ImageSpec, get_registry
+
+    registry = registry or get_registry()
+    own = ImageSpec(**PLUGINS_ROLE)
+    if own.role in registry.images:
+        raise StatesetError(f"plugin {registry.images[own.role].plugin} declares the image role {own.role!r}, "
+                            "which is the kernel's")
+    return {own.role: own, **dict(sorted(registry.images.items()))}
+
+
+def _role_help(registry) -> str:
+    return "The role: " + "; ".join(f"{name} ({spec.help})" if spec.help else name
+                                    for name, spec in roles(registry).items()) + "."
 
 
 def project_root(given: Path | None = None) -> Path:
@@ -152,9 +156,21 @@ def collect_wheels(dest: Path, root: Path, plugins: list[Path], info: dict[str, 
     return direct
 
 
-def trainer_stack(cpu: bool, torch: str | None = None, torch_index: str | None = None) -> dict[str, str]:
-    """Dockerfile.gpu's build arguments for the trainer base: the GPU or CPU stack, torch overridable."""
-    args = dict(TRAINER_STACKS["cpu" if cpu else "cuda"])
+def trainer_stack(cpu: bool, torch: str | None = None, torch_index: str | None = None,
+                  spec: Any = None) -> dict[str, str]:
+    """The GPU base's build arguments for a role built on one (`spec`, default: the only such role): its `cuda` or
+    `cpu` stack, torch overridable."""
+    from ..errors import StatesetError
+
+    if spec is None:
+        on_gpu = [s for s in roles().values() if s.gpu_base]
+        if len(on_gpu) != 1:
+            raise StatesetError(f"{len(on_gpu)} image roles are built on a GPU base; name the role")
+        spec = on_gpu[0]
+    device = "cpu" if cpu else "cuda"
+    if device not in spec.stacks:
+        raise StatesetError(f"the {spec.role} role declares no {device} stack (it has {', '.join(spec.stacks)})")
+    args = dict(spec.stacks[device])
     if torch:
         args["TORCH"] = torch if torch.startswith("torch") else f"torch=={torch}"
     args["TORCH_INDEX_URL"] = torch_index or ""
@@ -181,13 +197,13 @@ def _docker_build(client, *, log: Callable[[str], None], **kwargs) -> str:
     return image_id
 
 
-def _components(client, image: str, role: str) -> list[str]:
+def _components(client, image: str, spec) -> list[str]:
     import orjson
 
     out = client.containers.run(image, ["plugins", "list", "--json"], entrypoint=["stateset-agents"], remove=True,
                                 stdout=True, stderr=False, network_disabled=True)
     rows = orjson.loads(out)["components"]
-    return sorted(r["component"] for r in rows if _serves(role, r))
+    return sorted(r["component"] for r in rows if spec.serves(r))
 
 
 def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (), tag: str | None = None,
@@ -195,23 +211,25 @@ def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (),
                 torch: str | None = None, torch_index: str | None = None,
                 find_links: list[Path] = ()) -> dict[str, Any]:
     """Build ROLE's image, label it with the components inside, record it; return the record. `cpu`, `torch`,
-    `torch_index` choose the trainer base's stack (`trainer_stack`); `find_links` are local wheel directories."""
+    `torch_index` choose the GPU base's stack (`trainer_stack`); `find_links` are local wheel directories."""
     from .._version import __version__
     from ..contracts import CONTRACT_VERSIONS
     from ..errors import StatesetError
     from ..runtimes.container import LABEL, docker_client, read_images, record_image
 
-    if role not in ROLES:
-        raise typer.BadParameter(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
-    spec = ROLES[role]
-    if "gpu_base" not in spec and (cpu or torch or torch_index):
-        raise StatesetError(f"--cpu, --torch and --torch-index choose the trainer's torch; the {role} role has none")
+    known = roles()
+    if role not in known:
+        raise typer.BadParameter(f"unknown role {role!r}; choose one of {', '.join(known)}")
+    spec = known[role]
+    if not spec.gpu_base and (cpu or torch or torch_index):
+        raise StatesetError(f"--cpu, --torch and --torch-index choose the torch of a role on a GPU base; the {role} "
+                            "role has none")
     root = project_root(project)
     client = docker_client()
     if cpu and not base:
         raise StatesetError("--cpu needs --base: an image with python3 (3.11+) and its venv module, e.g. the local "
                             "stateset-base:bookworm (images/base/build-base)")
-    base = base or spec["base"]
+    base = base or spec.base
     device = "cpu" if cpu else "cuda"
     tag = tag or f"stateset-agents-{role}:{__version__}" + ("-cpu" if cpu else "")
     contracts = ",".join(str(v) for v in CONTRACT_VERSIONS)
@@ -220,8 +238,8 @@ def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (),
     role_args: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix=f"stateset-image-{role}-") as tmp:
         ctx = Path(tmp)
-        if "gpu_base" in spec:  # the trainer base first (Dockerfile.gpu), from the project's wheel alone
-            stack = trainer_stack(cpu, torch, torch_index)
+        if spec.gpu_base:  # the GPU base first (e.g. Dockerfile.gpu), from the project's wheel alone
+            stack = trainer_stack(cpu, torch, torch_index, spec)
             gpu = ctx / "gpu"
             if cpu:  # every wheel on the host, for the base image's Python: the build fetches nothing
                 info = _image_python(client, base)
@@ -234,10 +252,10 @@ def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (),
             (gpu / "deps").mkdir(exist_ok=True)
             (gpu / "deps" / "requirements.txt").write_text(
                 "".join(f"/tmp/deps/{w.name}\n" for w in sorted((gpu / "deps").glob("*.whl"))))
-            shutil.copy2(root / spec["gpu_base"], gpu / "Dockerfile")
-            base_tag = (f"stateset-agents-trainer-base:{__version__}-cpu" if cpu
+            shutil.copy2(root / spec.gpu_base, gpu / "Dockerfile")
+            base_tag = (f"stateset-agents-{role}-base:{__version__}-cpu" if cpu
                         else f"stateset-agents-gpu:{__version__}")
-            log(f"building the trainer base from {spec['gpu_base']} on {base} ({stack['TORCH']}"
+            log(f"building the {role} base from {spec.gpu_base} on {base} ({stack['TORCH']}"
                 f"{', ' + stack['VLLM'] if stack['VLLM'] else ', no vLLM'}, {stack['TRANSFORMERS']})")
             base = _docker_build(client, path=str(gpu), tag=base_tag, log=log,
                                  buildargs={"BASE_IMAGE": base, "VERSION": __version__, **stack})
@@ -250,14 +268,15 @@ def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (),
             role_args = {"OFFLINE": stack["OFFLINE"], "DEVICE": device}
             extra = {"device": device, "torch": stack["TORCH"], "vllm": stack["VLLM"] or None,
                      "transformers": stack["TRANSFORMERS"], "trainer_base": base}
-        else:
-            info = _image_python(client, base)
-            log(f"base {base}: Python {info['python']}, {info['machine']}, glibc {info['glibc']}")
+        else:  # offline: every dependency's wheel for the base's Python; else the index serves them in the build
+            info = _image_python(client, base) if spec.offline else None
+            if info is not None:
+                log(f"base {base}: Python {info['python']}, {info['machine']}, glibc {info['glibc']}")
             collect_wheels(ctx / "role" / "wheels", root, list(plugins), info, log=log, find_links=list(find_links))
-        shutil.copy2(root / spec["dockerfile"], ctx / "role" / "Dockerfile")
+        shutil.copy2(root / spec.dockerfile, ctx / "role" / "Dockerfile")
         built = _docker_build(client, path=str(ctx / "role"), buildargs={
             "BASE_IMAGE": base, "VERSION": __version__, "CONTRACT_VERSIONS": contracts, **role_args}, log=log)
-    components = _components(client, built, role)
+    components = _components(client, built, spec)
     # Labels are fixed at build time, and the components are known only now: one more (metadata-only) build.
     image_id = _docker_build(client, fileobj=io.BytesIO(f"FROM {built}\n".encode()), tag=tag, log=log,
                              labels={f"{LABEL}.components": ",".join(components)})
@@ -277,20 +296,21 @@ def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (),
     return record
 
 
-@images_app.command("build")
+@images_app.command("build", cls=registry_command(help={"role": _role_help}))
 def build_cmd(
-    role: str = typer.Argument("plugins", help="plugins (CPU), trainer (GPU, from Dockerfile.gpu) or river."),
+    role: str = typer.Argument("plugins", help="The role."),
     base: Optional[str] = typer.Option(None, "--base", help="Base image (default: a public Python or CUDA image)."),
     plugin: list[Path] = typer.Option([], "--plugin", help="A third-party plugin: a wheel, or a project folder "
                                                           "to build one from (repeatable)."),
     tag: Optional[str] = typer.Option(None, "--tag", help="Image tag (default stateset-agents-ROLE:VERSION)."),
     project: Optional[Path] = typer.Option(None, "--project", help="The stateset-agents checkout to build from."),
-    cpu: bool = typer.Option(False, "--cpu", help="trainer: a CPU build for tests (CPU torch, no vLLM, every wheel "
-                                                  "collected on the host; needs --base)."),
-    torch: Optional[str] = typer.Option(None, "--torch", help="trainer: the torch requirement (default "
-                                        "torch==2.14.0, with --cpu torch==2.13.0+cpu)."),
-    torch_index: Optional[str] = typer.Option(None, "--torch-index", help="trainer: an extra package index for "
-                                              "torch (e.g. https://download.pytorch.org/whl/cpu with --cpu)."),
+    cpu: bool = typer.Option(False, "--cpu", help="A role on a GPU base: a CPU build for tests (its cpu stack: CPU "
+                                                  "torch, no vLLM, every wheel collected on the host; needs --base)."),
+    torch: Optional[str] = typer.Option(None, "--torch", help="A role on a GPU base: the torch requirement "
+                                        "(default: its stack's)."),
+    torch_index: Optional[str] = typer.Option(None, "--torch-index", help="A role on a GPU base: an extra package "
+                                              "index for torch (e.g. https://download.pytorch.org/whl/cpu with "
+                                              "--cpu)."),
     find_links: list[Path] = typer.Option([], "--find-links", help="A local directory of wheels to take "
                                           "dependencies from (e.g. a CPU torch wheel; repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide the build output."),

@@ -10,11 +10,21 @@ from typing import Any, Optional
 
 import typer
 
-from .app import app, console, err_console
+from .app import Group, app, console, err_console
 from .options import REWARD_FILE_HELP, reward_and_config
+from .registry_params import one_of, plugin_fields, registry_command
 
 finetune_app = typer.Typer(help="Plan-first fine-tuning: schema, validate, prepare, launch (spends money), status.",
-                           no_args_is_help=True)
+                           no_args_is_help=True, cls=Group)
+#: Providers, trainers and their defaults come from the registry (`remote.config.schema`): any installed provider,
+#: the trainers that declare "remote", the chat-capable providers for chat-remote.
+TrainRemoteCommand = registry_command("train-remote", help={
+    "provider_name": one_of("provider", face="train-remote"),
+    "algorithm": one_of("trainer", "remote", face="train-remote", lead="Trainer (objective)")})
+ChatRemoteCommand = registry_command(help={"provider_name": one_of("provider", "chat", lead="A provider that chats")})
+CostsCommand = registry_command(help={"provider_names": lambda registry: (
+    "Comma list of providers to check (default: "
+    f"{registry.default('provider', face='train-remote') or 'name them'}).")})
 app.add_typer(finetune_app, name="finetune")
 
 
@@ -98,9 +108,9 @@ def _report(record: dict[str, Any]) -> int:
     return 1
 
 
-@app.command("train-remote")
+@app.command("train-remote", cls=TrainRemoteCommand)
 def train_remote(
-    provider_name: str = typer.Option("local", "--provider", help="local, runpod, modal or river."),
+    provider_name: Optional[str] = typer.Option(None, "--provider", help="Provider."),
     dataset: Optional[Path] = typer.Option(None, "--dataset", help="curated.jsonl from `improve run`."),
     base_model: Optional[str] = typer.Option(None, "--base-model", help="Base model (hub id or path remotely)."),
     eval_prompts: Optional[Path] = typer.Option(None, "--eval-prompts",
@@ -113,7 +123,7 @@ def train_remote(
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Provider GPU id or short name (H100, A100-80GB)."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs (default 1)."),
     max_hours: Optional[float] = typer.Option(None, "--max-hours", help="Wall-clock limit, enforced remotely."),
-    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="sft (default), grpo, gspo, dapo, ..."),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="Trainer (objective)."),
     reward: Optional[str] = typer.Option(None, "--reward", help="Reward component for the trainer."),
     reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
     config_file: Optional[Path] = typer.Option(None, "--config", help="The shared config (see `finetune schema`)."),
@@ -148,12 +158,15 @@ def train_remote(
             record = _watch(run_id, provider)
         raise typer.Exit(_report(record))
     config: dict[str, Any] = cfg.load(config_file) if config_file else {}
-    flags = {"provider": provider_name if provider_name != "local" or "provider" not in config else None,
-             "dataset": str(dataset) if dataset else None, "base_model": base_model,
+    flags = {"provider": provider_name, "dataset": str(dataset) if dataset else None, "base_model": base_model,
              "eval_prompts": str(eval_prompts) if eval_prompts else None, "max_cost_usd": max_cost, "gpu": gpu,
              "gpus": gpus, "max_hours": max_hours, "algorithm": algorithm, "reward": reward,
              "init_adapter": str(init_adapter) if init_adapter else None}
     config.update({k: v for k, v in flags.items() if v is not None})
+    algo = config.get("algorithm") or cfg.defaults(cfg.schema()).get("algorithm")
+    fields = plugin_fields(f"trainer:{algo}", f"the {algo} objective")
+    if fields:  # a plugin's flags are objective fields
+        config["training"] = {**(config.get("training") or {}), **fields}
     if reward_file is not None:
         config["reward"], file_config = reward_and_config(config.get("reward"), None, reward_file)
         config["reward_config"] = {**(config.get("reward_config") or {}), **file_config}
@@ -179,10 +192,11 @@ def train_remote(
 
 @finetune_app.command("schema")
 def finetune_schema():
-    """Print the JSON schema of the config `finetune` and `train-remote` share."""
-    from ..remote.config import SCHEMA
+    """Print the JSON schema of the config `finetune` and `train-remote` share (the installed providers and
+    trainers included)."""
+    from ..remote.config import schema
 
-    _print_json(SCHEMA)
+    _print_json(schema())
 
 
 @finetune_app.command("validate")
@@ -240,16 +254,16 @@ def finetune_status(run_id: str = typer.Argument(...)):
         _print_json({"record": record, "job": provider.status(run_id)})
 
 
-@app.command("chat-remote")
+@app.command("chat-remote", cls=ChatRemoteCommand)
 def chat_remote(
-    provider_name: str = typer.Option(..., "--provider", help="local, runpod, modal or river."),
+    provider_name: str = typer.Option(..., "--provider", help="A provider that chats."),
     run_id: str = typer.Option(..., "--run", help="A collected run."),
     max_cost: float = typer.Option(..., "--max-cost", help="Hard cap in USD for this chat session."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Default: the run's GPU on the same provider."),
     max_minutes: float = typer.Option(30.0, "--max-minutes", help="Wall-clock limit, enforced remotely."),
     max_turns: int = typer.Option(50, "--max-turns", help="Replies at most (prices token-billed providers)."),
-    image: Optional[str] = typer.Option(None, "--image", help="Trainer image NAME@sha256:DIGEST (runpod, "
-                                                               "modal); default: the run's own."),
+    image: Optional[str] = typer.Option(None, "--image", help="Trainer image NAME@sha256:DIGEST (providers that "
+                                                               "run images); default: the run's own."),
     system: Optional[str] = typer.Option(None, "--system", help="A system message to start with."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Default 0.7."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Default 256."),
@@ -265,7 +279,9 @@ def chat_remote(
     from .evidence_cmd import _decoding, chat_loop
 
     from ..jsonio import load_json
+    from ..registry import get_registry
 
+    get_registry().require(provider_name, "provider", "chat", "chat-remote")
     record = session._record(run_id)
     same = record.get("provider") == provider_name
     plan_path = Path(record.get("workspace") or "") / "plan.json"
@@ -307,17 +323,24 @@ def chat_remote(
             raise typer.Exit(code)
 
 
-@app.command("costs")
+@app.command("costs", cls=CostsCommand)
 def costs(
     orphans: bool = typer.Option(False, "--orphans", help="List live jobs nobody is watching (reads only)."),
     clean_orphans: bool = typer.Option(False, "--clean-orphans", help="Terminate them (stops spending)."),
-    provider_names: str = typer.Option("local", "--providers", help="Comma list of providers to check."),
+    provider_names: Optional[str] = typer.Option(None, "--providers", help="Comma list of providers to check."),
     as_json: bool = typer.Option(False, "--json"),
 ):
     """The local ledger of what remote jobs spent; with --orphans, live jobs that nobody is responsible for."""
     from ..remote import session, state
 
     if orphans or clean_orphans:
+        if provider_names is None:
+            from ..errors import InputError
+            from ..registry import get_registry
+
+            provider_names = get_registry().default("provider", face="train-remote")
+            if provider_names is None:
+                raise InputError("name the providers to check with --providers", field="providers")
         providers = {n: session.open_provider(n) for n in provider_names.split(",") if n}
         try:
             found = session.clean_orphans(providers) if clean_orphans else session.orphans(providers)

@@ -8,9 +8,13 @@ import typer
 
 from .app import app, console, err_console
 from .options import REWARD_FILE_HELP, eval_protocol, reward_and_config
+from .registry_params import one_of, plugin_fields, registry_command
 from ..formatting import fmt as _fmt
 
-ALGORITHMS = ("sft", "grpo", "multi_turn_grpo", "gspo", "dapo", "gepo", "vapo", "ppo", "rlaif", "cispo")
+#: The trainers `train` runs are those that declare "local"; plugins add their objectives' flags (`register_options`
+#: for the command "train"), each an objective field.
+TrainCommand = registry_command("train", help={"algorithm": one_of("trainer", "local", face="train",
+                                                                   lead="Trainer (objective)")})
 
 
 def _read_config(path: Path | None) -> dict[str, Any]:
@@ -33,17 +37,13 @@ def _read_config(path: Path | None) -> dict[str, Any]:
     return data
 
 
-@app.command()
+@app.command(cls=TrainCommand)
 def train(
     dataset: Path = typer.Option(..., "--dataset", help="curated.jsonl from `improve run`."),
-    algorithm: str = typer.Option("grpo", "--algorithm", help=f"One of: {', '.join(ALGORITHMS)}."),
+    algorithm: Optional[str] = typer.Option(None, "--algorithm", help="Trainer (objective)."),
     reward: Optional[str] = typer.Option(None, "--reward",
-                                         help="Reward component: NAME or reward:NAME (every algorithm but rlaif)."),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model",
-                                              help="rlaif: local judge causal LM (path, .gguf or hub id)."),
-    judge_url: Optional[str] = typer.Option(None, "--judge-url",
-                                            help="rlaif: OpenAI-compatible endpoint (base URL, e.g. http://host/v1)."),
-    rubric: Optional[Path] = typer.Option(None, "--rubric", help="rlaif: the judge's rubric (text file)."),
+                                         help="Reward component: NAME or reward:NAME (unless the objective builds "
+                                              "its own, e.g. from a judge)."),
     policy: Optional[Path] = typer.Option(None, "--policy", help="Policy file (YAML/JSON) for the reward."),
     reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
     base_model: Optional[str] = typer.Option(
@@ -86,17 +86,21 @@ def train(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..errors import InputError, StatesetError
+    from ..registry import get_registry
     from ..runtimes import load_component
 
-    if algorithm not in ALGORITHMS:
-        raise InputError(f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}",
-                         field="algorithm")
+    registry = get_registry()
+    algorithm = algorithm or registry.default("trainer", "local", face="train")
+    if not algorithm:
+        raise InputError("name the trainer with --algorithm (`train --help` lists them)", field="algorithm")
+    spec = registry.require(algorithm, "trainer", "local", "`train` (a run on this machine)")
+    algorithm = spec.name
     config_values = _read_config(config)
-    judge = {"judge_model": judge_model, "judge_url": judge_url, "rubric": str(rubric) if rubric else None}
-    config_values.update({k: v for k, v in judge.items() if v is not None})  # other objectives refuse these fields
+    # a plugin's flags are fields of its objective; the objective refuses fields it does not know, and here an
+    # option the chosen trainer does not take is refused before anything loads
+    config_values.update(plugin_fields(spec.full_name, f"the {algorithm} objective"))
+    # whether a reward component is needed is the objective's to say (before the model loads)
     reward, reward_config = reward_and_config(reward, policy, reward_file, required=False)
-    if algorithm != "rlaif" and not reward:
-        raise InputError("--reward is required (rlaif alone is rewarded by its judge)", field="reward")
     request = {"dataset": str(dataset), "reward": reward, "reward_config": reward_config, "reward_runtime": runtime,
                "base_model": base_model, "eval_prompts": str(eval_prompts) if eval_prompts else None,
                "output": str(output), "steps": steps, "seed": seed, "save_every": save_every,
@@ -106,7 +110,7 @@ def train(
                                      allow_truncation=allow_truncation)}
     last: dict[str, Any] = {}
     first_reward = last_reward = None
-    with load_component(f"trainer:{algorithm}", runtime="inprocess") as trainer:
+    with load_component(spec.full_name, runtime="inprocess") as trainer:
         # SIGINT/SIGTERM: finish the current update, save a checkpoint, stop (the run reports how to resume)
         previous = {s: signal.signal(s, lambda *_: trainer.cancel()) for s in (signal.SIGINT, signal.SIGTERM)}
         try:

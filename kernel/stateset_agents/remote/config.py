@@ -7,51 +7,70 @@ from typing import Any, Mapping
 
 from ..errors import InputError
 
-PROVIDERS = ("local", "runpod", "modal", "river")
-ALGORITHMS = ("sft", "grpo", "multi_turn_grpo", "gspo", "dapo")
-
-SCHEMA: dict[str, Any] = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "title": "stateset-agents remote training config",
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["dataset"],
-    "properties": {
-        "provider": {"enum": list(PROVIDERS), "default": "local", "description": "Where the job runs."},
-        "provider_config": {"type": "object", "description": "Provider-specific options (cloud_type, region...)."},
-        "dataset": {"type": "string", "minLength": 1, "description": "curated.jsonl from `improve run`."},
-        "eval_prompts": {"type": ["string", "null"],
-                         "description": "Validation prompts (validation.jsonl, or .txt/.jsonl): every checkpoint is "
-                                        "evaluated on them; a test file is refused."},
-        "eval": {"type": "object", "description": "Evaluation protocol: samples, temperature, max_new_tokens, "
-                                                  "allow_truncation (default greedy, 256 tokens)."},
-        "init_adapter": {"type": ["string", "null"],
-                         "description": "A parent run's adapter directory (RUN/adapter) to start from."},
-        "base_model": {"type": ["string", "null"], "description": "Hub id or path on the remote side."},
-        "algorithm": {"enum": list(ALGORITHMS), "default": "sft"},
-        "reward": {"type": ["string", "null"], "description": "Reward component (required by the trainer)."},
-        "reward_config": {"type": "object"},
-        "training": {"type": "object", "description": "Objective fields (steps, batch_size, seed, ...)."},
-        "gpu": {"type": ["string", "null"], "description": "Provider GPU id or a short name (H100, A100-80GB)."},
-        "gpus": {"type": "integer", "minimum": 1, "maximum": 8, "default": 1},
-        "max_hours": {"type": "number", "exclusiveMinimum": 0, "maximum": 72, "default": 2},
-        "max_cost_usd": {"type": "number", "exclusiveMinimum": 0,
-                         "description": "Hard cap in USD; the job is refused or terminated before exceeding it."},
-        "storage_gb": {"type": "number", "minimum": 0, "maximum": 2000, "default": 20},
-        "image": {"type": ["string", "null"],
-                  "description": "Trainer image, pinned as NAME@sha256:DIGEST (remote providers)."},
-        "salt": {"type": ["string", "null"], "description": "Set by --new-run: runs the same job again."},
-    },
+#: The schema's fields; `schema()` adds what the registry knows: the providers, the trainers that run remotely
+#: (capability "remote"), the defaults they declare, and the objective fields plugins register for the command.
+_PROPERTIES: dict[str, Any] = {
+    "provider": {"description": "Where the job runs."},
+    "provider_config": {"type": "object", "description": "Provider-specific options (cloud_type, region...)."},
+    "dataset": {"type": "string", "minLength": 1, "description": "curated.jsonl from `improve run`."},
+    "eval_prompts": {"type": ["string", "null"],
+                     "description": "Validation prompts (validation.jsonl, or .txt/.jsonl): every checkpoint is "
+                                    "evaluated on them; a test file is refused."},
+    "eval": {"type": "object", "description": "Evaluation protocol: samples, temperature, max_new_tokens, "
+                                              "allow_truncation (default greedy, 256 tokens)."},
+    "init_adapter": {"type": ["string", "null"],
+                     "description": "A parent run's adapter directory (RUN/adapter) to start from."},
+    "base_model": {"type": ["string", "null"], "description": "Hub id or path on the remote side."},
+    "algorithm": {"description": "The trainer (a trainer component that declares \"remote\")."},
+    "reward": {"type": ["string", "null"], "description": "Reward component (required by the trainer)."},
+    "reward_config": {"type": "object"},
+    "training": {"type": "object", "description": "Objective fields (steps, batch_size, seed, ...)."},
+    "gpu": {"type": ["string", "null"], "description": "Provider GPU id or a short name (H100, A100-80GB)."},
+    "gpus": {"type": "integer", "minimum": 1, "maximum": 8, "default": 1},
+    "max_hours": {"type": "number", "exclusiveMinimum": 0, "maximum": 72, "default": 2},
+    "max_cost_usd": {"type": "number", "exclusiveMinimum": 0,
+                     "description": "Hard cap in USD; the job is refused or terminated before exceeding it."},
+    "storage_gb": {"type": "number", "minimum": 0, "maximum": 2000, "default": 20},
+    "image": {"type": ["string", "null"],
+              "description": "Trainer image, pinned as NAME@sha256:DIGEST (remote providers)."},
+    "salt": {"type": ["string", "null"], "description": "Set by --new-run: runs the same job again."},
 }
+#: The face whose defaults (`default:train-remote`) the config takes, and whose plugin options are objective fields.
+FACE = "train-remote"
 
-DEFAULTS = {k: v["default"] for k, v in SCHEMA["properties"].items() if "default" in v}
+
+def schema(registry=None) -> dict[str, Any]:
+    """The config's JSON schema, built from the registry now (installing a provider or trainer changes it)."""
+    if registry is None:
+        from ..registry import get_registry
+
+        registry = get_registry()
+    properties = {k: dict(v) for k, v in _PROPERTIES.items()}
+    required = ["dataset"]
+    for key, kind, capability in (("provider", "provider", None), ("algorithm", "trainer", "remote")):
+        properties[key]["enum"] = registry.names(kind, capability)
+        default = registry.default(kind, capability, face=FACE)
+        if default is None:
+            required.append(key)  # no single choice: the config must name one
+        else:
+            properties[key]["default"] = default
+    fields = {o.field: o.schema for o in registry.options_for(FACE)}
+    if fields:
+        properties["training"]["properties"] = fields
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "stateset-agents remote training config", "type": "object", "additionalProperties": False,
+            "required": required, "properties": properties}
+
+
+def defaults(full_schema: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v["default"] for k, v in full_schema["properties"].items() if "default" in v}
 
 
 def validation_errors(config: Any, *, base: Path | None = None) -> list[tuple[str, str]]:
     """Every problem as (field path, message); files are checked for existence relative to `base`."""
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(SCHEMA)
+    validator = jsonschema.Draft202012Validator(schema())
     errors = [(".".join(str(p) for p in e.absolute_path) or "(root)", e.message)
               for e in sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])]
     if isinstance(config, Mapping):
@@ -115,7 +134,7 @@ def validated(config: Mapping[str, Any], *, source: str | None = None) -> dict[s
         listing = "; ".join(f"{where}: {message}" for where, message in errors)
         raise InputError(f"{len(errors)} problem(s) in the config: {listing}", path=source,
                          field=errors[0][0] if len(errors) == 1 else None)
-    full = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
+    full = {**defaults(schema()), **{k: v for k, v in config.items() if v is not None}}
     full.setdefault("training", {})
     full.setdefault("reward_config", {})
     full.setdefault("eval", {})

@@ -10,6 +10,8 @@ from stateset_agents import hookimpl
 
 from ._version import VERSION
 from .objectives import FIRST_PARTY, register_objective
+from .cli_options import register_options  # noqa: F401 - hook implementations: pluggy finds them here
+from .images import register_images  # noqa: F401
 
 
 @hookimpl
