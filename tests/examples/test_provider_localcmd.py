@@ -40,17 +40,20 @@ def test_plugins_check_passes_in_a_container(capsys):
 def _remote_config(tmp_path: Path, **provider_config) -> Path:
     path = tmp_path / "remote.yaml"
     path.write_text(json.dumps({"provider_config": provider_config,
-                                "training": {"steps": 1, "batch_size": 2, "max_new_tokens": 4, "save_every": 1}}))
+                                "training": {"steps": 1, "batch_size": 2, "num_generations": 2, "max_new_tokens": 4,
+                                             "save_every": 1}}))
     return path
 
 
 def test_train_remote_through_the_example_provider_under_the_cap(tiny_model_dir, curated, held_out, tmp_path,
                                                                  state_dir, capsys):
-    """The Done-when run: a real training job (the tiny model, one update) through the provider's command,
-    priced at 0.5 USD an hour, collected with checked artifacts and booked under the cap."""
+    """The Done-when run: a real training job through the provider's command, priced at 0.5 USD an hour, collected
+    with checked artifacts and booked under the cap; the objective is the other example's (a third party's trainer
+    on a third party's provider: one RLOO update on the tiny model)."""
+    installed("trainer:rloo", "stateset-trainer-rloo")
     out = tmp_path / "runs" / "r1"
     argv = ["train-remote", "--provider", "localcmd", "--dataset", str(curated), "--base-model", str(tiny_model_dir),
-            "--eval-prompts", str(held_out), "--max-cost", "1", "--max-hours", "0.5", "--algorithm", "sft",
+            "--eval-prompts", str(held_out), "--max-cost", "1", "--max-hours", "0.5", "--algorithm", "rloo",
             "--reward", "gsm8k", "--config", str(_remote_config(tmp_path, usd_per_hour=0.5)), "--output", str(out)]
     assert main(argv) == 0, capsys.readouterr().err
     manifest = json.loads((out / "manifest.json").read_text())
