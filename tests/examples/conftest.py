@@ -6,16 +6,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.toy_rewards import make_rows, write_rows
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-@pytest.fixture(autouse=True)
-def state_dir(tmp_path, monkeypatch):
-    """A private kernel state directory per test: runs, ledgers and the providers' jobs."""
-    path = tmp_path / "state"
-    monkeypatch.setenv("STATESET_AGENTS_STATE_DIR", str(path))
-    return path
+# A private kernel state directory per test (autouse): runs, ledgers and the providers' jobs.
+from tests.providers.conftest import state_dir  # noqa: F401 - a fixture, shared with the provider tests
 
 
 @pytest.fixture()

@@ -111,7 +111,7 @@ class LocalCommandProvider(Provider):
     def _alive(self, run_id: str, pid: int) -> bool:
         child = self._children.get(run_id)
         if child is not None:
-            return child.poll() is None  # reaps our own child, so it never lingers as a zombie
+            return child.poll() is None
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -124,6 +124,8 @@ class LocalCommandProvider(Provider):
         job = self._job(run_id)
         if not (job / "job.json").exists():
             return {"run_id": run_id, "state": "missing", "uptime_s": 0, "cost_per_hour": 0.0}
+        if run_id in self._children:
+            self._children[run_id].poll()  # reap our own child, so a finished job leaves no zombie
         meta = load_json(job / "job.json")
         ended = load_json(job / "exit.json") if (job / "exit.json").exists() else None
         pid = (load_json(job / "process.json") if (job / "process.json").exists() else {}).get("pid")
