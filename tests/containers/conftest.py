@@ -8,16 +8,13 @@ In CI (CI=true) their absence is a failure, never a skip: `.ci/run` starts docke
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
+from tests.helpers.images import TRAINER_RECORDS
+
 BUILD_HINT = ("images/ci/docker-up && images/base/build-base && stateset-agents images build plugins "
               "--base stateset-base:bookworm --plugin examples/stateset-reward-politeness")
-#: Where images/ci/prepare records the trainer image's CPU build (`$STATESET_TRAINER_IMAGES` moves it): a file of
-#: its own, so that the conformance suite, which serves every component from every recorded image, stays fast.
-TRAINER_RECORDS = Path(os.environ.get("STATESET_TRAINER_IMAGES") or Path(
-    os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "stateset-agents" / "images-trainer-cpu.json")
 TRAINER_HINT = (f"images/ci/docker-up && images/base/build-base && STATESET_AGENTS_IMAGES={TRAINER_RECORDS} "
                 "stateset-agents images build trainer --cpu --base stateset-base:bookworm")
 

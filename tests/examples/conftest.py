@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.toy_rewards import make_rows, write_rows
-# A private kernel state directory per test (autouse): runs, ledgers and the providers' jobs.
-from tests.providers.conftest import state_dir  # noqa: F401 - a fixture, shared with the provider tests
+from tests.helpers.state_dir import state_dir  # noqa: F401 - autouse: a private kernel state dir per test
 
 
 @pytest.fixture()

@@ -29,7 +29,7 @@ def test_plugins_check_passes_in_process_and_in_a_subprocess(capsys):
 
 @pytest.mark.container
 def test_plugins_check_passes_in_a_container(monkeypatch, capsys):
-    from tests.containers.conftest import TRAINER_RECORDS
+    from tests.helpers.images import TRAINER_RECORDS
 
     monkeypatch.setenv("STATESET_AGENTS_IMAGES", str(TRAINER_RECORDS))  # the trainer image's CPU build
     require_container("trainer:rloo", TRAINER_RECORDS)

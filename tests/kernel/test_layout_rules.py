@@ -62,6 +62,13 @@ def test_tests_import_their_helpers_by_package_path():
     assert not by_name, "a test module imported by its bare name (use `tests.<dir>.<module>`):\n" + "\n".join(by_name)
 
 
+def test_no_conftest_is_imported():
+    """Fixtures two directories share live in tests.helpers (a conftest imports them from there)."""
+    found = [f"{path.relative_to(ROOT)}:{n}: import {module}" for path in _python_files(TESTS)
+             for n, module in _imports(path) if module.split(".")[-1] == "conftest"]
+    assert not found, "a conftest imported (move the shared fixture into tests/helpers/):\n" + "\n".join(found)
+
+
 def test_the_rules_catch_what_they_forbid(tmp_path):
     assert SYS_PATH_EDIT.search('sys.path.insert(0, str(HERE))')
     assert SYS_PATH_EDIT.search("sys.path.append('x')") and SYS_PATH_EDIT.search("sys.path[:0] = [x]")

@@ -26,14 +26,8 @@ GPUS = [{"id": "NVIDIA H100 80GB HBM3", "displayName": "H100 SXM", "memoryInGb":
         {"id": "NVIDIA H100 PCIe", "displayName": "H100 PCIe", "memoryInGb": 80, "securePrice": 2.39},
         {"id": "NVIDIA A40", "displayName": "A40", "memoryInGb": 48, "securePrice": 0.44},
         {"id": "NVIDIA L4", "displayName": "L4", "memoryInGb": 24, "securePrice": None}]
+from tests.helpers.state_dir import state_dir  # noqa: F401 - autouse: a private kernel state dir per test
 from tests.providers.provider_helpers import IMAGE  # noqa: F401 - shared with the test modules
-
-
-@pytest.fixture(autouse=True)
-def state_dir(tmp_path, monkeypatch):
-    path = tmp_path / "state"
-    monkeypatch.setenv("STATESET_AGENTS_STATE_DIR", str(path))
-    return path
 
 
 @pytest.fixture()
