@@ -95,7 +95,8 @@ def run(rounds: int = 5) -> dict:
               "commands": {}}
     for name, cmd in cmds.items():
         median = statistics.median(walls[name])
-        row = {"wall_s": walls[name], "median_s": round(median, 4), "cpu_median_s": round(statistics.median(cpus[name]), 4),
+        row = {"wall_s": walls[name], "median_s": round(median, 4),
+               "cpu_median_s": round(statistics.median(cpus[name]), 4),
                "ratio_to_python": round(median / base, 2) if base else None}
         if name != "python -c pass":
             row["under_target"] = median < TARGET_S

@@ -315,7 +315,7 @@ class Provider(Component):
       the deadline remotely. ``{"job_id", "created_at", "deadline_at", "attached"}``. The session is then a job for
       `status` (``"ready"``: it answers turns), `terminate` and `list_jobs`, under its session id.
     * `chat_turn({"session_id", "messages", "tools", "temperature", "max_new_tokens", "seed"})`: one reply,
-      evaluator:chat's final event (``{"type": "completed", "message", "text", "truncated", "tokens"}`` or
+      the chat evaluator's final event (``{"type": "completed", "message", "text", "truncated", "tokens"}`` or
       ``{"type": "failed", "message"}``), with ``"usage"`` where the provider bills tokens.
     """
 

@@ -268,8 +268,11 @@ STREAMING = [Check("fails_closed", _fails_closed, compare=False,
 
 
 def _quote_request(**overrides: Any) -> dict[str, Any]:
+    from .registry import get_registry
+
+    algorithm = get_registry().default("trainer", "remote", face="train-remote")  # what train-remote would send
     return {"gpu": None, "gpus": 1, "max_hours": 1.0, "storage_gb": 20, "image": None, "base_model": None,
-            "algorithm": "sft", "training": {}, **overrides}
+            "algorithm": algorithm, "training": {}, **overrides}
 
 
 def _provider_quote(provider, ctx: Context) -> Any:

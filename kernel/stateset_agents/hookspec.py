@@ -61,7 +61,7 @@ def register_options(register):
     """Register command-line options that some components take; each value becomes a field of the component's
     config (for `train`: an objective field), typed by a JSON Schema type:
 
-        register("train", "--judge-model", field="judge_model", type="string", components=["trainer:rlaif"],
+        register("train", "--judge-model", field="judge_model", type="string", components=["trainer:my_judged"],
                  help="Local judge model (path, .gguf or hub id).")
 
     `type` is one of string, integer, number, boolean, path (a string naming a file). `components` lists the

@@ -146,6 +146,12 @@ class ImageSpec:
         return bool(row.get("available")) and (row["kind"] in self.kinds or row["component"] in self.components)
 
 
+#: The kernel's one image role, generic: any plugin's CPU components, every dependency travelling as a wheel.
+PLUGINS_IMAGE = ImageSpec(role="plugins", dockerfile="images/plugins/Dockerfile", base="python:3.12-slim",
+                          kinds=("ingestor", "reward", "evaluator", "provider"), offline=True,
+                          help="CPU: any plugin's ingestors, rewards, evaluators and providers", plugin="(kernel)")
+
+
 @dataclass
 class Registry:
     components: dict[str, ComponentSpec] = field(default_factory=dict)
@@ -196,6 +202,13 @@ class Registry:
 
     def options_for(self, command: str) -> list[OptionSpec]:
         return [o for o in self.options if o.command == command]
+
+    def image_roles(self) -> dict[str, ImageSpec]:
+        """Every image role: the kernel's generic `plugins` role and those the plugins declare."""
+        if PLUGINS_IMAGE.role in self.images:
+            raise StatesetError(f"plugin {self.images[PLUGINS_IMAGE.role].plugin} declares the image role "
+                                f"{PLUGINS_IMAGE.role!r}, which is the kernel's")
+        return {PLUGINS_IMAGE.role: PLUGINS_IMAGE, **dict(sorted(self.images.items()))}
 
     def resolve(self, name: str, kind: str | None = None) -> ComponentSpec:
         """Accept `KIND:NAME`, or a bare `NAME` where it is unique (within `kind` when given)."""

@@ -29,8 +29,9 @@ def _load(script: str = "algorithms"):
 
 @benchmark_app.command("algorithms")
 def algorithms(
-    algorithms: str = typer.Option("grpo,gspo,dapo,gepo,cispo,ppo,vapo", "--algorithms",
-                                   help="Comma-separated objectives (GRPO is the paired baseline)."),
+    algorithms: Optional[str] = typer.Option(None, "--algorithms",
+                                             help="Comma-separated objectives (default: the benchmark's matrix; "
+                                                  "GRPO is the paired baseline)."),
     seeds: int = typer.Option(6, "--seeds", help="Seeds per objective (the pairing unit)."),
     steps: int = typer.Option(40, "--steps", help="Committed updates per run (matched across objectives)."),
     model: str = typer.Option("tiny-random", "--model", help="tiny-random, a local path, .gguf or hub id."),
@@ -38,7 +39,8 @@ def algorithms(
 ):
     """Objectives x seeds on one task with matched budgets: JSONL, a Markdown table and a reward-curve plot."""
     module = _load()
-    module.run_matrix(algorithms.split(","), seeds, steps, model, output,
+    chosen = algorithms.split(",") if algorithms else list(module.DEFAULT_ALGORITHMS)
+    module.run_matrix(chosen, seeds, steps, model, output,
                       log=lambda line: console.print(line, highlight=False))
     out = output or module.ROOT / "benchmarks" / "results" / "algorithms"
     console.print((Path(out) / "table.md").read_text(), highlight=False)
@@ -46,7 +48,7 @@ def algorithms(
 
 @benchmark_app.command("rewards")
 def rewards(
-    data: Optional[Path] = typer.Option(None, "--data", help="Folder holding tau-airline/ and gsm8k/ "
+    data: Optional[Path] = typer.Option(None, "--data", help="Folder holding the benchmark's data sets "
                                                              "(default ../shared/data beside the checkout)."),
     output: Optional[Path] = typer.Option(None, "--output", help="Directory (default benchmarks/results)."),
     folds: int = typer.Option(5, "--folds", help="Folds, grouped by task and stratified."),
@@ -56,7 +58,7 @@ def rewards(
                                      help="Which file of DATA/tau-airline/ (e.g. held-out tasks in the same format)."),
 ):
     """Reward validity out of fold: leave-tasks-out AUC of each reward (shipped, calibrated per fold, length-only)
-    on tau-airline, and gsm8k's agreement with its labels."""
+    on tau-airline, and the arithmetic reward's agreement with its labels."""
     module = _load("reward_validity")
     report = module.run(data or module.DATA, output, folds=folds, seed=seed, draws=draws, trajectories=trajectories,
                         log=lambda line: console.print(line, highlight=False))

@@ -15,6 +15,13 @@ from ..formatting import fmt as _fmt
 
 
 
+def evaluator_for(capability: str) -> str:
+    """The evaluator component that does `capability` ("paired", "judge", "chat"): found by what it declares."""
+    from ..registry import get_registry
+
+    return get_registry().offering("evaluator", capability).full_name
+
+
 def _decoding(temperature, max_new_tokens, seed) -> dict[str, Any]:
     return {k: v for k, v in (("temperature", temperature), ("max_new_tokens", max_new_tokens), ("seed", seed))
             if v is not None}
@@ -142,7 +149,7 @@ def evaluate(
                "reward_config": reward_config, "reward_runtime": reward_runtime, "output": str(output),
                "base_model": base_model, "dataset": str(dataset) if dataset else None, "drop_overlap": drop_overlap,
                "protocol": eval_protocol(samples, temperature, max_new_tokens, seed, allow_truncation), "split": split}
-    last = _run_evaluator("evaluator:paired", request, runtime, "evaluating", "evaluation")
+    last = _run_evaluator(evaluator_for("paired"), request, runtime, "evaluating", "evaluation")
     title = "paired evaluation (descriptive: one run)"
     if nominated is not None:
         look = nom.record_test_look(run, nominated, Path(last["output"]), last["results"], again=again)
@@ -154,7 +161,7 @@ def evaluate(
 
 
 def _run_judge(request: dict[str, Any], runtime: str) -> dict[str, Any]:
-    return _run_evaluator("evaluator:judge", request, runtime, "judging", "judging")
+    return _run_evaluator(evaluator_for("judge"), request, runtime, "judging", "judging")
 
 
 def _run_evaluator(component: str, request: dict[str, Any], runtime: str, doing: str,
@@ -429,7 +436,7 @@ def chat(
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Default 0.7."),
     max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Default 256."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Default 0."),
-    runtime: str = typer.Option("inprocess", "--runtime", help="Where the model runs (evaluator:chat)."),
+    runtime: str = typer.Option("inprocess", "--runtime", help="Where the model runs (the chat evaluator)."),
 ):
     """Talk to the base model or an adapter. /reset starts over, /save FILE appends the transcript (ingest format),
     /quit ends. Reads stdin when it is not a terminal."""
@@ -437,7 +444,7 @@ def chat(
 
     settings = {"base_model": base_model, "adapter": str(adapter) if adapter else None,
                 **_decoding(temperature, max_new_tokens, seed)}
-    with load_component("evaluator:chat", runtime=runtime) as model:
+    with load_component(evaluator_for("chat"), runtime=runtime) as model:
         chat_loop(model, settings, system=system, reward=reward, policy=policy,
                   metadata={"source": "stateset-agents chat", "base_model": base_model,
                             "adapter": settings["adapter"]})
@@ -445,7 +452,7 @@ def chat(
 
 def chat_loop(model, settings: dict[str, Any], *, system: Optional[str] = None, reward: Optional[str] = None,
               policy: Optional[Path] = None, metadata: Optional[dict[str, Any]] = None) -> None:
-    """The conversation over stdin/stdout with `model`: anything whose `run(request)` yields evaluator:chat's
+    """The conversation over stdin/stdout with `model`: anything whose `run(request)` yields the chat evaluator's
     events for {**settings, "messages": history} (the component in any runtime, or a remote chat session)."""
     import contextlib
 

@@ -34,25 +34,15 @@ images_app = typer.Typer(help="Build and list the container images the container
                          cls=Group)
 app.add_typer(images_app, name="images")
 
-#: The kernel's one role (a `registry.ImageSpec`): generic, for any plugin's CPU components, every dependency
-#: travelling as a wheel.
-PLUGINS_ROLE = {"role": "plugins", "dockerfile": "images/plugins/Dockerfile", "base": "python:3.12-slim",
-                "kinds": ("ingestor", "reward", "evaluator", "provider"), "offline": True,
-                "help": "CPU: any plugin's ingestors, rewards, evaluators and providers", "plugin": "(kernel)"}
 CACHE_ENV = "STATESET_AGENTS_WHEEL_CACHE"
 
 
 def roles(registry=None) -> dict[str, Any]:
-    """Every image role (name -> `registry.ImageSpec`): the kernel's `plugins` and those the plugins declare."""
-    from ..errors import StatesetError
-    from ..registry import ImageSpec, get_registry
+    """Every image role (name -> `registry.ImageSpec`): the kernel's `plugins` (`registry.PLUGINS_IMAGE`) and
+    those the plugins declare."""
+    from ..registry import get_registry
 
-    registry = registry or get_registry()
-    own = ImageSpec(**PLUGINS_ROLE)
-    if own.role in registry.images:
-        raise StatesetError(f"plugin {registry.images[own.role].plugin} declares the image role {own.role!r}, "
-                            "which is the kernel's")
-    return {own.role: own, **dict(sorted(registry.images.items()))}
+    return (registry or get_registry()).image_roles()
 
 
 def _role_help(registry) -> str:

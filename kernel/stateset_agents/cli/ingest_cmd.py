@@ -6,12 +6,12 @@ from typing import Any
 import typer
 
 from .app import app, console, err_console
+from .registry_params import one_of, registry_command
 
 
-@app.command()
+@app.command(cls=registry_command(help={"format": one_of("ingestor", lead="Log format (an installed ingestor)")}))
 def ingest(
-    format: str = typer.Option(..., "--format", "-f", help="Log format: openai or anthropic (any installed "
-                                                           "ingestor plugin)."),
+    format: str = typer.Option(..., "--format", "-f", help="Log format (an installed ingestor)."),
     input: str = typer.Option(..., "--input", "-i", help="A .jsonl / .jsonl.gz file, or a directory of them "
                                                          "(read in name order)."),
     output: str = typer.Option(..., "--output", "-o", help="Directory for transcripts.jsonl, rejects.jsonl and "

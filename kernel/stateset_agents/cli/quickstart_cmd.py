@@ -17,7 +17,8 @@ def quickstart(
     threads: int = typer.Option(0, "--threads", help="CPU threads for torch (default: the cores the load leaves "
                                                      "free)."),
 ):
-    """Run ingest -> improve -> SFT -> GRPO from the SFT parent -> nominate -> one test look, on sample logs."""
+    """Run ingest -> improve -> a supervised parent -> an RL child from it -> nominate -> one test look, on sample
+    logs (their recipe: samples/quickstart.json)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..pipeline.quickstart import run_quickstart
@@ -55,16 +56,18 @@ def _stats_line(totals: dict, stats: dict) -> str:
 def _summary(result) -> None:
     from rich.table import Table
 
+    from ..pipeline.quickstart import CHILD, PARENT
+
     ing, imp, test = result.ingest, result.improve, result.test
     counts = imp.get("counts", {})
     table = Table(title="quickstart: the loop on sample logs", show_header=False)
-    table.add_row("recipe", f"{result.recipe}: SFT on the curated turns, then GRPO from that parent (--init-adapter); "
-                            f"{result.threads} CPU thread(s)")
+    table.add_row("recipe", f"{result.recipe}: {PARENT} on the curated turns, then {CHILD} from that parent "
+                            f"(--init-adapter); {result.threads} CPU thread(s)")
     table.add_row("ingested", f"{ing.get('written')} conversations ({ing.get('rejected', 0)} rejected, "
                               f"{ing.get('duplicates', 0)} duplicates)")
     table.add_row("graded", f"{counts.get('turns_graded')} assistant turns with reward:{imp['reward']['name']}")
     table.add_row("curated", f"{counts.get('curated')} turns at or above {imp.get('threshold')}")
-    table.add_row("GRPO training reward (first -> last step)",
+    table.add_row(f"{CHILD} training reward (first -> last step)",
                   f"{_fmt(result.first_reward)} -> {_fmt(result.last_reward)}")
     nom = result.nomination
     val = nom.get("validation") or {}

@@ -118,7 +118,7 @@ def one_of(kind: str, capability: str | None = None, *, face: str | None = None,
            lead: str = "One of") -> Callable[[Any], str]:
     """Help that lists the components of `kind` offering `capability`, marking the one `face` takes by default."""
     def text(registry) -> str:
-        default = registry.default(kind, capability, face=face)
+        default = registry.default(kind, capability, face=face) if face else None
         names = [f"{n} (default)" if n == default else n for n in registry.names(kind, capability)]
         return f"{lead}: {', '.join(names) or 'none installed'}."
 

@@ -12,8 +12,8 @@ It passes only when all of these hold, and `promotion.json` says which failed:
 On a test file (its rows say ``split: test``) the gate reads, for each run, the recorded test result of its
 nominated checkpoint (`nomination.test_results`: `nominate`, then `evaluate --run RUN --split test`) and evaluates
 nothing itself: the test split is looked at once per checkpoint, through the ledger. On other prompts each run's
-final adapter is evaluated through `evaluator:paired`, which reuses the run's own eval_results.json when its cases,
-reward and protocol are those asked for, and evaluates afresh otherwise.
+final adapter is evaluated through the paired evaluator (the one declaring `paired`), which reuses the run's own
+eval_results.json when its cases, reward and protocol are those asked for, and evaluates afresh otherwise.
 """
 from __future__ import annotations
 
@@ -55,20 +55,22 @@ def _read_run(path: Path) -> dict[str, Any]:
 
 def _evaluate(run: Mapping[str, Any], prompts: str, reward: str, reward_config, reward_runtime: str,
               evaluator_runtime: str, output: Path, on_event: Callable | None) -> dict[str, Any]:
+    from ..registry import get_registry
     from ..runtimes import load_component
 
+    evaluator_name = get_registry().offering("evaluator", "paired").full_name
     request = {"prompts": prompts, "adapter": str(run["path"] / "adapter"), "reward": reward,
                "reward_config": dict(reward_config or {}), "reward_runtime": reward_runtime,
                "output": str(output), "reuse": str(run["path"] / "eval_results.json")}
     last: dict[str, Any] = {}
-    with load_component("evaluator:paired", runtime=evaluator_runtime) as evaluator:
+    with load_component(evaluator_name, runtime=evaluator_runtime) as evaluator:
         for event in evaluator.run(request):
             last = event
             if on_event:
                 on_event(run, event)
     if last.get("type") != "completed":
-        raise PluginError("evaluator:paired", "run", f"evaluating {run['path']}: "
-                                                     f"{last.get('message') or 'no completed event'}")
+        raise PluginError(evaluator_name, "run", f"evaluating {run['path']}: "
+                                                 f"{last.get('message') or 'no completed event'}")
     return last["results"]
 
 

@@ -179,10 +179,16 @@ class _Tally:
 
 
 def train_command(*, dataset: str, reward: str, base_model: str | None, eval_prompts: str | None, output: str,
-                  policy: str | None = None, algorithm: str = "grpo", reward_config: str | None = None) -> str:
+                  policy: str | None = None, algorithm: str | None = None, reward_config: str | None = None) -> str:
     """The train command as it runs: no --base-model when none was named (train's offline default), no
-    --eval-prompts when no validation file exists."""
-    argv = ["stateset-agents", "train", "--dataset", dataset, "--algorithm", algorithm, "--reward", reward]
+    --eval-prompts when no validation file exists; the algorithm, unless named, is the trainer `train` defaults to
+    (no --algorithm when the installed trainers name no default: `train` then asks for one)."""
+    if algorithm is None:
+        from ..registry import get_registry
+
+        algorithm = get_registry().default("trainer", "local", face="train")
+    argv = ["stateset-agents", "train", "--dataset", dataset, *(["--algorithm", algorithm] if algorithm else []),
+            "--reward", reward]
     if policy:
         argv += ["--policy", policy]
     if reward_config:

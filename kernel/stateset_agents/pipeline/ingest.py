@@ -7,8 +7,8 @@ making ids unique, redaction, writing, and the summary.
 Streaming: conversations are written as they come, to temp files renamed into place at the end (a killed run
 leaves the old outputs or the new ones). What grows with the input is only the set of conversation digests and
 ids seen, for duplicate removal: 16-byte digests in one flat table (`DigestSet`: two fixed 2 MiB tables up to
-~115,000 conversations, 37-73 bytes a conversation beyond, no Python object per entry); the plugin's own state is
-bounded (see `stateset_plugins.ingestors.stitching`).
+~115,000 conversations, 37-73 bytes a conversation beyond, no Python object per entry); the plugin's own state must be
+bounded too (the first-party ingestors' call-log stitching is).
 """
 from __future__ import annotations
 

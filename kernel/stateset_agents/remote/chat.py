@@ -216,7 +216,7 @@ class ChatSession:
 
     # --------------------------------------------------------------------------------------------------- turns
     def run(self, request: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-        """One turn (evaluator:chat's request and events): checked against the cap before and after."""
+        """One turn (the chat evaluator's request and events): checked against the cap before and after."""
         if self.turns >= self.max_turns:
             with self._lock:
                 if self.final is None:

@@ -1,4 +1,4 @@
-"""The job side: what runs next to the trainer, on this machine (`local`) or in the trainer image (`runpod`, `modal`).
+"""The job side: what runs next to the trainer, on this machine or in the trainer image on a provider's machine.
 
     python -m stateset_agents.remote.worker run JOB_DIR          run the job in JOB_DIR (workspace already there)
     python -m stateset_agents.remote.worker pod                  unpack the bundle from the environment into

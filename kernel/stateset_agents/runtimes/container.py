@@ -123,6 +123,14 @@ def record_image(role: str, record: Mapping[str, Any]) -> Path:
     return path
 
 
+def _role_for(spec: ComponentSpec) -> str:
+    """The image role that would serve `spec` (ROLE when none does: `images build --help` lists them)."""
+    from ..registry import get_registry
+
+    row = spec.as_row()
+    return next((role for role, image in get_registry().image_roles().items() if image.serves(row)), "ROLE")
+
+
 def image_for(spec: ComponentSpec) -> tuple[str, dict[str, Any]] | None:
     """The built image that holds `spec`: (role, record), or None."""
     for role, record in sorted(read_images().items()):
@@ -337,7 +345,7 @@ class ContainerLaunch:
         found = image_for(self.spec)
         if found is None:
             raise StatesetError(f"no built image holds {self.spec.full_name} (records: {images_file()}); build one "
-                                f"with `stateset-agents images build plugins` (or trainer, river)")
+                                f"with `stateset-agents images build {_role_for(self.spec)}`")
         self.record = found[1]
         return found[1]["id"]
 

@@ -1,7 +1,8 @@
 """Sample logs shipped with the package, for the quickstart and the docs: customer-support conversations with tool
 calls (`support_logs.jsonl`), held-out prompts (`held_out.jsonl`), the quickstart's frozen evaluation splits
-(`validation.jsonl` chooses the checkpoint, `test.jsonl` is looked at once) and the store policy for `nsr`
-(`support_policy.yaml`). `make_samples.py` writes the jsonl files, deterministically:
+(`validation.jsonl` chooses the checkpoint, `test.jsonl` is looked at once) and the store policy for the
+symbolic-policy reward (`support_policy.yaml`); `quickstart.json` is the recipe for them (log format, reward,
+stages, presets). `make_samples.py` writes the jsonl files, deterministically:
 `python -m stateset_agents.samples.make_samples`. Their sha256 are pinned in tests/training/test_samples_frozen.py;
 a change needs a line in CHANGELOG.md."""
 from pathlib import Path

@@ -21,7 +21,7 @@ SUFFIX = "_trainer"
 
 
 def _trainer_name(fullname: str) -> str | None:
-    """``stateset_agents.training.gspo_trainer`` -> "gspo"; None for any other module name."""
+    """``stateset_agents.training.NAME_trainer`` -> "NAME"; None for any other module name."""
     head, _, tail = fullname.rpartition(".")
     if head != __name__ or not tail.endswith(SUFFIX) or len(tail) == len(SUFFIX):
         return None
