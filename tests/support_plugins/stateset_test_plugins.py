@@ -7,6 +7,7 @@ import time
 
 from stateset_agents import Evaluator, Ingestor, Reject, Reward, Trainer, TurnGrade, hookimpl
 from stateset_agents.jsonio import iter_lines
+from stateset_plugins.trainers.objectives import register_objective  # light: no torch
 
 import orjson
 
@@ -141,6 +142,8 @@ def register_ingestors(register):
 @hookimpl
 def register_trainers(register):
     register(CountdownTrainer)
+    register_objective(register, "tests.support_plugins.stateset_test_objective:TestReinforce",
+                       name="test_reinforce", version="1.0.0")
 
 
 @hookimpl

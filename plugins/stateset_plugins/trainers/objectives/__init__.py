@@ -47,6 +47,7 @@ shared pieces of `common` load on first use.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, Iterable
 
 from stateset_agents.errors import InputError, StatesetError
@@ -59,8 +60,8 @@ from .base import Objective
 _COMMON = ("group_advantages", "policy_loss", "clipped_surrogate", "kl_term", "masked_token_mean",
            "masked_sequence_mean", "safe", "gae", "terminal_rewards")
 __all__ = ["Objective", "TrainConfig", "PolicyConfig", "RLConfig", "ValueConfig", "register_objective",
-           "get_objective", "objective_class", "objective_names", "FIRST_PARTY", "ALGORITHMS", "REQUIRES", "INSTALL",
-           *_COMMON]
+           "get_objective", "objective_class", "objective_names", "load_objective", "COMPONENT", "FIRST_PARTY",
+           "ALGORITHMS", "REQUIRES", "INSTALL", *_COMMON]
 
 #: name -> (class in this package, capabilities beyond every engine objective's). "remote": train-remote may run
 #: it (River runs no value head; the remote recipes are tested on these five).
@@ -85,17 +86,32 @@ REQUIRES = ("torch", "transformers", "peft")
 INSTALL = "pip install 'stateset-agents[train]'"
 
 
+#: The generic component every objective is registered as: its target is ``COMPONENT:<module>:<Class>``.
+COMPONENT = "stateset_plugins.trainers.components"
+
+
 def register_objective(register: Callable[..., None], target: str, *, name: str, version: str,
                        capabilities: Iterable[str] = (), requires: Iterable[str] = (),
                        install: str | None = None) -> None:
-    """Register the `Objective` subclass at ``target`` ("module:attr", imported only when used) as
-    ``trainer:NAME``: with the engine's dependencies (torch, transformers, peft; ``requires`` adds more, ``install``
-    replaces the install command) and capabilities ("lora", "checkpoint_resume", "eval_results", "local";
-    ``capabilities`` adds more: "remote" where train-remote may run it, "gpu" where it needs one)."""
-    if not isinstance(target, str) or ":" not in target:
-        raise StatesetError(f"register_objective({name!r}): target must be a 'module:attr' path, got {target!r}")
-    register(target, name=name, version=version, requires=[*REQUIRES, *requires], install=install or INSTALL,
-             capabilities=tuple(dict.fromkeys((*CAPABILITIES, *capabilities))))
+    """Register the `Objective` subclass at ``target`` ("module:Class", imported only when used) as
+    ``trainer:NAME``, run by the trainers plugin's generic component: with the engine's dependencies (torch,
+    transformers, peft; ``requires`` adds more, ``install`` replaces the install command) and capabilities ("lora",
+    "checkpoint_resume", "eval_results", "local"; ``capabilities`` adds more: "remote" where train-remote may run
+    it, "gpu" where it needs one). ``name`` and ``version`` must be the class's."""
+    module, _, attr = target.partition(":") if isinstance(target, str) else ("", "", "")
+    if not module or not attr.isidentifier():
+        raise StatesetError(f"register_objective({name!r}): target must be a 'module:Class' path, got {target!r}")
+    register(f"{COMPONENT}:{target}", name=name, version=version, requires=[*REQUIRES, *requires],
+             install=install or INSTALL, capabilities=tuple(dict.fromkeys((*CAPABILITIES, *capabilities))))
+
+
+def load_objective(target: str) -> type[Objective]:
+    """Import the `Objective` subclass at ``target`` ("module:Class")."""
+    module, _, attr = target.partition(":")
+    cls = getattr(importlib.import_module(module), attr, None)
+    if not (isinstance(cls, type) and issubclass(cls, Objective)):
+        raise StatesetError(f"{target} is not a stateset_plugins.trainers.objectives.Objective subclass")
+    return cls
 
 
 def objective_class(name: str) -> type[Objective]:
@@ -109,14 +125,12 @@ def objective_class(name: str) -> type[Objective]:
     except UnknownComponent:
         known = ", ".join(objective_names(registry)) or "none installed"
         raise InputError(f"unknown algorithm {name!r}; choose one of {known}", field="algorithm") from None
-    cls = spec.load_class()
-    if not (isinstance(cls, type) and issubclass(cls, Objective)):
-        raise InputError(f"{spec.full_name} ({spec.target}) is not an objective of the shared engine (a "
-                         "stateset_plugins.trainers.objectives.Objective)", field="algorithm")
-    if cls.name != spec.name:
-        raise StatesetError(f"{spec.full_name} is registered by plugin {spec.plugin}, but its class "
-                            f"{cls.__module__}.{cls.__qualname__} is named {cls.name!r}")
-    return cls
+    component, _, target = spec.target.partition(":") if isinstance(spec.target, str) else ("", "", "")
+    if component != COMPONENT:
+        raise InputError(f"{spec.full_name} is not an objective of the shared engine (plugin {spec.plugin} "
+                         "registers its own trainer class)", field="algorithm")
+    spec.load_class()  # refuses missing dependencies, and a name or version the class does not have
+    return load_objective(target)
 
 
 def get_objective(name: str) -> Objective:
@@ -125,10 +139,11 @@ def get_objective(name: str) -> Objective:
 
 
 def objective_names(registry=None) -> list[str]:
-    """Registered trainers that run on the local engine (the "local" capability), without importing them."""
+    """The registered objectives' names (first-party and plugins'), without importing them."""
     from stateset_agents.registry import get_registry
 
-    return [s.name for s in (registry or get_registry()).all("trainer") if "local" in s.capabilities]
+    return [s.name for s in (registry or get_registry()).all("trainer")
+            if isinstance(s.target, str) and s.target.partition(":")[0] == COMPONENT]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,30 +1,29 @@
-"""`Objective`: one training algorithm on the shared engine, and the `trainer:NAME` component that runs it.
+"""`Objective`: one training algorithm on the shared engine.
 
 An objective is a class: identity and kind as class attributes, the algorithm as methods. Every hook the engine
 calls has a default here, so a subclass writes only what differs from GRPO's group-relative recipe (usually `loss`,
-often `advantages`). Methods receive the training config (an instance of ``Config``) explicitly; ``self.config`` is
-the component's configuration (request defaults), as for every component.
+often `advantages`). Methods receive the training config (an instance of ``Config``) explicitly. The trainers plugin
+wraps each registered objective in one generic `trainer:NAME` component (`trainers.components`).
 
 This module imports no torch: the trainers plugin names objectives lazily, and `plugins list` must stay light.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Iterator, Mapping
+from typing import Any, ClassVar
 
-from stateset_agents import Trainer
-
-from .._version import CAPABILITIES, VERSION
+from .._version import VERSION
 from ..config import RLConfig, TrainConfig
 
 ROLLOUTS = ("none", "single_turn", "multi_turn")
 
 
-class Objective(Trainer):
+class Objective:
     """Subclass, set the class attributes, override the hooks that differ.
 
     Class attributes:
 
-    * ``name``: the algorithm's name (``--algorithm NAME``, ``trainer:NAME``); must equal the registered name.
+    * ``name``, ``version``: the algorithm's name (``--algorithm NAME``, ``trainer:NAME``) and version; both must
+      equal what its plugin registers.
     * ``stem``: the class-name stem of its Python face (``GSPO`` gives ``GSPOTrainer``, ``GSPOConfig`` and
       ``train_with_gspo`` in `stateset_agents.training.gspo_trainer`); default: ``name`` in CamelCase.
     * ``Config``: its configuration dataclass (a `TrainConfig`; sampling objectives an `RLConfig` or
@@ -38,36 +37,22 @@ class Objective(Trainer):
     """
 
     name: ClassVar[str] = ""
-    version = VERSION  # the trainers plugin's; a third party's objective sets its own
-    capabilities = CAPABILITIES
+    version: ClassVar[str] = VERSION  # the trainers plugin's; a third party's objective sets its own
     stem: ClassVar[str] = ""
     Config: ClassVar[type[TrainConfig]] = RLConfig
     rollout: ClassVar[str] = "single_turn"
     value_head: ClassVar[bool] = False
     builds_reward: ClassVar[bool] = False
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.rollout not in ROLLOUTS:
+            raise TypeError(f"{cls.__qualname__}.rollout must be one of {', '.join(ROLLOUTS)}, got {cls.rollout!r}")
+
     # ------------------------------------------------------------------------------------------ identity
     @classmethod
     def class_stem(cls) -> str:
         return cls.stem or "".join(part.capitalize() for part in cls.name.split("_"))
-
-    @classmethod
-    def python_api(cls) -> dict[str, Any]:
-        """What `stateset_agents.training.<name>_trainer` exports: ``<stem>Trainer``, ``<stem>Config``,
-        ``train_with_<name>`` and ``TrainingFailed``."""
-        from ..api import TrainingFailed, train_with, trainer_class
-
-        trainer = trainer_class(cls)
-        return {trainer.__name__: trainer, f"{cls.class_stem()}Config": cls.Config,
-                f"train_with_{cls.name}": train_with(cls), "TrainingFailed": TrainingFailed}
-
-    # ------------------------------------------------------------------------------ the component's face
-    def run(self, request: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-        """A training run from a JSON-shaped request (`trainers.run` documents its fields)."""
-        from ..run import train_run
-
-        request = {**dict(self.config), **dict(request), "algorithm": self.name}
-        yield from train_run(request, stop=self._cancel, objective=self)
 
     # ------------------------------------------------------------------------------------ before a run
     def check_config(self, config: TrainConfig) -> None:
