@@ -48,15 +48,19 @@ shared pieces of `common` load on first use.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from stateset_agents.errors import InputError, StatesetError
 
 from .._version import CAPABILITIES
-from ..config import PolicyConfig, RLConfig, TrainConfig, ValueConfig
-from .base import Objective
 
-#: The shared pieces of `common`, re-exported here on first use (they import torch).
+if TYPE_CHECKING:
+    from .base import Objective
+
+#: Re-exported on first use, so that a plugin's hook module importing `register_objective` stays as light as it
+#: can be (`plugins list` and every `--help` load it): the base class and configs, and the shared pieces of
+#: `common` (those import torch).
+_CONFIGS = ("TrainConfig", "PolicyConfig", "RLConfig", "ValueConfig")
 _COMMON = ("group_advantages", "policy_loss", "clipped_surrogate", "kl_term", "masked_token_mean",
            "masked_sequence_mean", "safe", "gae", "terminal_rewards")
 __all__ = ["Objective", "TrainConfig", "PolicyConfig", "RLConfig", "ValueConfig", "register_objective",
@@ -107,6 +111,8 @@ def register_objective(register: Callable[..., None], target: str, *, name: str,
 
 def load_objective(target: str) -> type[Objective]:
     """Import the `Objective` subclass at ``target`` ("module:Class")."""
+    from .base import Objective
+
     module, _, attr = target.partition(":")
     cls = getattr(importlib.import_module(module), attr, None)
     if not (isinstance(cls, type) and issubclass(cls, Objective)):
@@ -147,6 +153,14 @@ def objective_names(registry=None) -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "Objective":
+        from .base import Objective
+
+        return Objective
+    if name in _CONFIGS:
+        from .. import config
+
+        return getattr(config, name)
     if name in _COMMON:
         from . import common
 
