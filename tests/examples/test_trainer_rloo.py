@@ -9,31 +9,7 @@ import pytest
 
 from stateset_agents.cli import main
 
-from .conftest import installed, require_container
-
-PACKAGE = "stateset-trainer-rloo"
-
-
-def test_discovered_through_its_own_entry_point_and_listed(capsys):
-    spec = installed("trainer:rloo", PACKAGE)
-    assert {"local", "remote"} <= set(spec.capabilities)
-    assert main(["plugins", "list", "--json", "--kind", "trainer"]) == 0
-    rows = {r["component"]: r for r in json.loads(capsys.readouterr().out)["components"]}
-    assert rows["trainer:rloo"]["package"] == PACKAGE and rows["trainer:rloo"]["available"]
-
-
-def test_plugins_check_passes_in_process_and_in_a_subprocess(capsys):
-    assert main(["plugins", "check", "rloo", "--runtime", "inprocess", "--runtime", "subprocess"]) == 0
-    assert "trainer:rloo: all 4 checks passed (inprocess, subprocess)" in " ".join(capsys.readouterr().out.split())
-
-
-@pytest.mark.container
-def test_plugins_check_passes_in_a_container(monkeypatch, capsys):
-    from tests.helpers.images import TRAINER_RECORDS
-
-    monkeypatch.setenv("STATESET_AGENTS_IMAGES", str(TRAINER_RECORDS))  # the trainer image's CPU build
-    require_container("trainer:rloo", TRAINER_RECORDS)
-    assert main(["plugins", "check", "rloo", "--runtime", "container"]) == 0, capsys.readouterr().out
+from .conftest import installed
 
 
 def test_the_leave_one_out_advantage():
@@ -66,6 +42,7 @@ def test_the_loss_is_reinforce_over_whole_completions():
 
 
 def test_train_a_few_steps_on_the_tiny_model(tiny_model_dir, curated, held_out, tmp_path, capsys):
+    installed("trainer:rloo", "stateset-trainer-rloo")
     out = tmp_path / "run"
     argv = ["train", "--dataset", str(curated), "--algorithm", "rloo", "--reward", "gsm8k", "--base-model",
             str(tiny_model_dir), "--eval-prompts", str(held_out), "--output", str(out), "--steps", "2", "--seed", "0"]
