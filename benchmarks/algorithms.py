@@ -11,7 +11,7 @@ held-out reward of the base model and of the adapter (same prompts, same decodin
 final held-out reward with a bootstrap interval, and each objective's paired comparison against GRPO and against
 the untrained model. Pairing unit: the seed (run s of every objective shares seed s: data order, initial LoRA
 weights, evaluation sampling); two-sided exact sign-flip test and a percentile bootstrap interval over seeds, from
-`stateset_agents.stats`.
+`stateset_agents.plugin_api.stats`.
 
     python benchmarks/algorithms.py [--algorithms grpo,ppo,...] [--seeds 6] [--steps 40] [--model tiny-random]
     stateset-agents benchmark algorithms ...          (the same, as a command)
@@ -91,7 +91,7 @@ def heldout_kl(backend, renderer, config) -> float:
     adapter sampled (the unbiased Monte Carlo estimate)."""
     import torch
 
-    from stateset_plugins.trainers.batch import Sample, collate
+    from stateset_plugins.models.batch import Sample, collate
 
     prompts = [renderer.prompt_ids([{"role": "user", "content": p}]) for p in HELD_OUT]
     gens = backend.generate(prompts, max_new_tokens=config.max_new_tokens, temperature=config.temperature)
@@ -110,8 +110,8 @@ def run_one(algorithm: str, seed: int, steps: int, model_spec: str | None, budge
 
     torch.set_num_threads(1)
     from stateset_plugins.trainers.api import TRAINERS
-    from stateset_plugins.trainers.evaluation import EvalProtocol, evaluate
-    from stateset_plugins.trainers.models import load_base_model
+    from stateset_plugins.models.evaluation import EvalProtocol, evaluate
+    from stateset_plugins.models.loading import load_base_model
 
     reset = _reset_peak_rss()
     model, tokenizer, info = load_base_model(model_spec)
@@ -170,7 +170,7 @@ def run_isolated(*args) -> dict[str, Any]:
 
 
 def summarise(runs: Sequence[dict], baseline: str = "grpo") -> dict[str, Any]:
-    from stateset_agents import stats
+    from stateset_agents.plugin_api import stats
 
     by_algo: dict[str, dict[int, dict]] = {}
     for r in runs:

@@ -183,7 +183,7 @@ def smollm2_135m_dir(tmp: Path) -> tuple[Path, str]:
         if all(got.get(k) == v for k, v in SMOLLM2_135M.items()) and (config.parent / "model.safetensors").exists():
             return config.parent, "cached SmolLM2-135M checkpoint"
     import torch
-    from stateset_plugins.trainers.tiny import build_tiny_model
+    from stateset_plugins.models.tiny import build_tiny_model
     from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
 
     path = build_tiny_model(tmp / "smollm2-135m-shape", vocab_size=2048)
@@ -230,7 +230,7 @@ def main() -> None:
     if args.one:
         one(args.one[0], args.one[1], int(args.one[2]), args.steps)
         return
-    from stateset_plugins.trainers.tiny import build_tiny_model
+    from stateset_plugins.models.tiny import build_tiny_model
 
     out = ROOT / "benchmarks" / "results" / "grpo_vs_trl.json"
     previous = json.loads(out.read_text()) if out.exists() else {}

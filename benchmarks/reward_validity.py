@@ -102,7 +102,7 @@ def grade(reward: str, config: dict, records: list[dict]):
 def measure(reward: str, config: dict, records: list[dict], labels: dict[str, bool], *, folds: int, seed: int,
             draws: int) -> dict:
     from stateset_agents.pipeline import calibrate as cal
-    from stateset_agents.stats import grouped_stratified_folds, roc_auc
+    from stateset_agents.plugin_api.stats import grouped_stratified_folds, roc_auc
 
     identity, turns, shipped = grade(reward, config, records)
     ids = [c["id"] for c in records]

@@ -55,8 +55,8 @@ def measure(group: int, prompt: int, completion: int, queue) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.set_num_threads(2)
-    from stateset_plugins.trainers.backend import LocalTorchBackend
-    from stateset_plugins.trainers.batch import Sample, collate
+    from stateset_plugins.models.backend import LocalTorchBackend
+    from stateset_plugins.models.batch import Sample, collate
     from stateset_plugins.trainers.objectives import get_objective
 
     start = rss_mb()

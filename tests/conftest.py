@@ -35,7 +35,7 @@ def registry():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Llama-style model and an offline byte-level tokenizer, built once per session."""
-    from stateset_plugins.trainers.tiny import build_tiny_model
+    from stateset_plugins.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"))
 

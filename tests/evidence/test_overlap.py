@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from stateset_agents.errors import InputError
-from stateset_agents.pipeline.overlap import find_overlaps, isolate_cases, isolate_training_rows, normalise_text
+from stateset_agents.plugin_api.overlap import find_overlaps, isolate_cases, isolate_training_rows, normalise_text
 
 
 def row(text, line, system=None):

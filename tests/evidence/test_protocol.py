@@ -11,8 +11,8 @@ import pytest
 from stateset_agents.cli import main
 from stateset_agents.errors import InputError
 from stateset_plugins.evaluators.paired import reusable
-from stateset_plugins.trainers.backend import Generation
-from stateset_plugins.trainers.evaluation import EvalProtocol, evaluate
+from stateset_plugins.models.batch import Generation
+from stateset_plugins.models.evaluation import EvalProtocol, evaluate
 
 CASES = [{"id": f"c{i}", "prompt": [{"role": "user", "content": f"q{i}"}], "tools": [], "metadata": {}}
          for i in range(4)]

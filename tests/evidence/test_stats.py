@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from stateset_agents import stats
-from stateset_agents.pipeline.evaluation_stats import add_statistics
+from stateset_agents.plugin_api import stats
+from stateset_agents.plugin_api.evidence import add_statistics
 
 
 def brute_force_p(diffs):

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from stateset_plugins.trainers import vllm_rollout
-from stateset_plugins.trainers.vllm_rollout import LORA_RANKS, AdapterVersions, VLLMRollout, to_generations
+from stateset_plugins.models import vllm_rollout
+from stateset_plugins.models.vllm_rollout import LORA_RANKS, AdapterVersions, VLLMRollout, to_generations
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm"

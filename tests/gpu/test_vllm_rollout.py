@@ -13,11 +13,10 @@ import pytest
 import torch
 
 from stateset_agents.errors import ComponentUnavailable
-from stateset_plugins.trainers.backend import Generation, LocalTorchBackend
-from stateset_plugins.trainers.batch import Sample, collate
+from stateset_plugins.models.backend import LocalTorchBackend
+from stateset_plugins.models.batch import Generation, IntegrityError, Sample, collate
+from stateset_plugins.models.vllm_rollout import AdapterVersions, apply_tis, tis_weights, to_generations
 from stateset_plugins.trainers.objectives.common import policy_loss
-from stateset_plugins.trainers.rollout import IntegrityError
-from stateset_plugins.trainers.vllm_rollout import AdapterVersions, apply_tis, tis_weights, to_generations
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"
 
@@ -186,7 +185,7 @@ def test_missing_vllm_names_the_install_command(monkeypatch, tiny_model_dir):
 
 
 def test_vllm_without_processed_logprobs_is_refused(monkeypatch):
-    from stateset_plugins.trainers.vllm_rollout import import_vllm
+    from stateset_plugins.models.vllm_rollout import import_vllm
     from tests.gpu import fake_vllm
 
     fake_vllm.install(monkeypatch, version="0.9.2")
@@ -198,7 +197,8 @@ def test_vllm_without_processed_logprobs_is_refused(monkeypatch):
 def test_grpo_through_the_vllm_adapter_swaps_the_adapter_each_update(fake_vllm, tiny_model_dir):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from stateset_plugins.trainers.data import ChatRenderer, load_dataset
+    from stateset_agents.plugin_api.datasets import load_dataset
+    from stateset_plugins.models.rendering import ChatRenderer
     from stateset_plugins.trainers.engine import Engine
     from stateset_plugins.trainers.objectives import get_objective
     from tests.helpers.toy_rewards import DigitReward, make_rows

@@ -6,9 +6,9 @@ import math
 
 import torch
 
-from stateset_plugins.trainers.backend import LocalTorchBackend
-from stateset_plugins.trainers.batch import Batch, Sample, collate
-from stateset_plugins.trainers.data import ChatRenderer
+from stateset_plugins.models.backend import LocalTorchBackend
+from stateset_plugins.models.batch import Batch, Sample, collate
+from stateset_plugins.models.rendering import ChatRenderer
 from stateset_plugins.trainers.objectives import get_objective
 
 #: rlaif needs a judge to configure; the rollouts here never call it.

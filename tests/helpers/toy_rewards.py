@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from stateset_agents import Reward, TurnGrade
-from stateset_plugins.trainers.tiny import build_tiny_model  # noqa: F401 - re-exported for tests
+from stateset_plugins.models.tiny import build_tiny_model  # noqa: F401 - re-exported for tests
 
 
 def _text(message) -> str:

@@ -12,8 +12,8 @@ import pytest
 
 from stateset_agents.cli import main
 from stateset_agents.jsonio import digest, sha256_file
-from stateset_agents.pipeline.improve import decode_curated
-from stateset_agents.pipeline.overlap import find_overlaps
+from stateset_agents.plugin_api.datasets import decode_curated
+from stateset_agents.plugin_api.overlap import find_overlaps
 from tests.improve.improve_helpers import chat, write_transcripts
 
 OUTPUTS = ("graded.jsonl", "curated.jsonl", "validation.jsonl", "test.jsonl", "improve_summary.json", "next_steps.md")
@@ -235,7 +235,7 @@ def test_three_roles_split_by_group_never_by_row(tmp_path):
 
 def test_split_files_are_refused_by_the_training_loader(tmp_path):
     from stateset_agents.errors import InputError
-    from stateset_plugins.trainers.data import load_dataset
+    from stateset_agents.plugin_api.datasets import load_dataset
 
     convs = [chat(f"c{i}", f"question {i} about my order", "GOOD reply") for i in range(40)]
     write_transcripts(tmp_path / "in", convs)

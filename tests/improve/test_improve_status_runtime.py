@@ -46,7 +46,7 @@ def test_status_shows_the_summary_and_checks_the_files(tmp_path, capsys):
 def test_a_schema_1_folder_still_reads_and_says_how_to_convert(tmp_path, capsys):
     """A folder from the previous release (one held_out.jsonl, summary schema 1) still shows its status, with a note
     saying how to get validation and test files; its held_out.jsonl still loads as evaluation prompts."""
-    from stateset_plugins.trainers.evaluation import load_eval_prompts
+    from stateset_agents.plugin_api.datasets import load_eval_prompts
 
     logs, out = make_run(tmp_path)
     summary = json.loads((out / "improve_summary.json").read_text())

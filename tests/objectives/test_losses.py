@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from stateset_agents.errors import InputError
-from stateset_plugins.trainers.batch import Batch
+from stateset_plugins.models.batch import Batch
 from stateset_plugins.trainers.objectives import get_objective
 from stateset_plugins.trainers.objectives.common import gae, group_expectation_log_weight
 from stateset_plugins.trainers.objectives.vapo import policy_lambda

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from stateset_agents import stats
+from stateset_agents.plugin_api import stats
 from tests.helpers.benchmarks import load_benchmark
 
 algorithms = load_benchmark("algorithms")

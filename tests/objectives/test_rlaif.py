@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from stateset_agents.cli import main
-from stateset_plugins.trainers.judge import parse_score
+from stateset_plugins.models.judge import parse_score
 from tests.helpers.toy_rewards import make_rows, write_rows
 from tests.objectives.judge_server import JudgeServer
 

@@ -1,6 +1,6 @@
 """A stand-in for `stateset_plugins.providers.modal_sdk` (the one module that touches Modal): a Dict of runs, spawned
 calls, and for chat sessions a volume (a local directory) and a deployed chat function whose calls run the real
-container entry (`chat_worker.answer_from_volume`) in this process, with its deadline timer recorded, not armed."""
+container entry (`chat_host.answer_from_volume`) in this process, with its deadline timer recorded, not armed."""
 from __future__ import annotations
 
 import json
@@ -74,14 +74,14 @@ class FakeModalSDK:
         self.apps[app_name] = {"volume": volume, "env": env}
 
     def chat_call(self, app_name, request, sdk=None):
-        from stateset_agents.remote import chat_worker
+        from stateset_agents.plugin_api import chat_host
 
         app = self.apps[app_name]  # a stopped app has no function to call: KeyError, like Modal's NotFoundError
         self.chat_calls.append(json.loads(json.dumps(request)))  # as sent over the wire
         saved = os.environ.get("STATESET_DEADLINE_AT")
         os.environ["STATESET_DEADLINE_AT"] = app["env"]["STATESET_DEADLINE_AT"]  # the container's environment
         try:
-            return chat_worker.answer_from_volume(str(self.volumes / app["volume"] / "chat"), request)
+            return chat_host.answer_from_volume(str(self.volumes / app["volume"] / "chat"), request)
         finally:
             if saved is None:
                 os.environ.pop("STATESET_DEADLINE_AT")
@@ -94,14 +94,14 @@ def fake_modal(monkeypatch):
     pytest.importorskip("modal")
     from stateset_plugins.providers import modal_sdk
 
-    from stateset_agents.remote import chat_worker
+    from stateset_agents.plugin_api import chat_host
 
     fake = FakeModalSDK(Path(os.environ["STATESET_AGENTS_STATE_DIR"]).parent / "modal-volumes")
     for name in NAMES:
         monkeypatch.setattr(modal_sdk, name, getattr(fake, name))
     # the container ends itself at the deadline; here the timer is only recorded
-    monkeypatch.setattr(chat_worker, "expire_at", lambda deadline: fake.expiries.append(deadline))
-    monkeypatch.setattr(chat_worker, "_VOLUME_HOSTS", {})
+    monkeypatch.setattr(chat_host, "expire_at", lambda deadline: fake.expiries.append(deadline))
+    monkeypatch.setattr(chat_host, "_VOLUME_HOSTS", {})
     monkeypatch.setenv("MODAL_TOKEN_ID", "id")
     monkeypatch.setenv("MODAL_TOKEN_SECRET", "secret")
     monkeypatch.setenv("HOME", str(Path(os.environ["STATESET_AGENTS_STATE_DIR"]).parent))

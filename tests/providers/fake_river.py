@@ -1,6 +1,6 @@
 """A small in-memory River service standing in for `stateset_plugins.providers.river_sdk`.
 
-It does the math for real with the tiny torch model (plugins/stateset_plugins/trainers/tiny.py) and PEFT: sampling
+It does the math for real with the tiny torch model (plugins/stateset_plugins/models/tiny.py) and PEFT: sampling
 with per-token log-probs, forward log-probs at prediction positions, forward-backward with River's
 `importance_sampling` loss (-sum(exp(logp - old) * A)), Adam steps (idempotent by key), training and inference
 checkpoints and their download. It reports token usage the way the thin module does, scaled by `usage_scale` (to
@@ -36,7 +36,7 @@ class FakeRiver:
         self.gate = None
 
     def install(self, monkeypatch) -> "FakeRiver":
-        from stateset_plugins.providers import river_sdk
+        from stateset_plugins.providers.river import sdk as river_sdk
 
         for name in NAMES:
             monkeypatch.setattr(river_sdk, name, getattr(self, name))

@@ -27,7 +27,7 @@ FAST = ["--max-new-tokens", "4", "--poll-seconds", "0.2"]
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from stateset_plugins.trainers.tiny import build_tiny_model
+    from stateset_plugins.models.tiny import build_tiny_model
 
     path = tmp_path_factory.mktemp("tiny")
     build_tiny_model(path)
@@ -242,7 +242,7 @@ def _river_in_process(monkeypatch):
     """provider:river in this process: its client (and so the registry's availability check) needs Python 3.12+,
     and the fake stands in for river_sdk anyway."""
     from stateset_agents.remote import session
-    from stateset_plugins.providers.river import RiverProvider
+    from stateset_plugins.providers.river.provider import RiverProvider
 
     real = session.open_provider
     monkeypatch.setattr(session, "open_provider", lambda name, config=None: RiverProvider(dict(config or {}))

@@ -11,7 +11,8 @@ def test_the_chat_worker_answers_only_its_token_and_installs_only_what_matches(t
     import urllib.error
     import urllib.request
 
-    from stateset_agents.remote.chat_worker import ChatHost, serve
+    from stateset_agents.plugin_api.chat_host import ChatHost
+    from stateset_agents.remote.chat_worker import serve
 
     host = ChatHost(tmp_path / "chat", deadline_at=4e9)
     server = serve(host, "tok", 0, bind="127.0.0.1")

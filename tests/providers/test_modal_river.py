@@ -109,7 +109,7 @@ def test_modal_sdk_calls_match_the_installed_sdk():
 
 
 def test_river_refuses_a_cap_it_cannot_price_and_prices_from_a_dated_table(monkeypatch, tmp_path):
-    from stateset_plugins.providers.river import RiverProvider
+    from stateset_plugins.providers.river.provider import RiverProvider
 
     monkeypatch.delenv("RIVER_API_KEY", raising=False)
     with pytest.raises(InputError, match="RIVER_API_KEY is not set"):
@@ -195,7 +195,7 @@ def test_river_sdk_calls_match_the_client_wheel():
     if not wheels:
         pytest.skip(f"no river-client wheel in {wheel_dir} (pip download --no-deps --python-version 3.12 "
                     "--only-binary=:all: river-client -d DIR)")
-    from stateset_plugins.providers import river_sdk
+    from stateset_plugins.providers.river import sdk as river_sdk
 
     sigs = _river_signatures(wheels[-1])
     log: list = []

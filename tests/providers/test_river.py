@@ -75,11 +75,11 @@ def test_the_surrogate_gives_the_local_backends_gradient(fake_river, tiny_model)
     import torch
     from transformers import AutoTokenizer
 
-    from stateset_plugins.trainers.batch import Sample, collate
+    from stateset_plugins.models.batch import Sample, collate
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     from stateset_plugins.trainers.objectives import get_objective
-    from stateset_plugins.trainers.river_backend import RiverBackend
+    from stateset_plugins.providers.river.backend import RiverBackend
 
     cfg = get_objective("grpo").Config(beta=0.0, lora_r=4)
     backend = RiverBackend(tokenizer, cfg, base_model=str(tiny_model), run_id="sa-grad")
@@ -111,7 +111,7 @@ class InProcessRiver:
 
     @staticmethod
     def make(config):
-        from stateset_plugins.providers.river import RiverProvider
+        from stateset_plugins.providers.river.provider import RiverProvider
 
         class Provider(RiverProvider):
             threads: dict = {}
@@ -144,7 +144,7 @@ def _inputs(tmp_path):
 
 
 def test_river_launch_attaches_on_retry_and_books_the_usage_river_reported(fake_river, tiny_model, tmp_path):
-    from stateset_plugins.providers.river import usage_cost
+    from stateset_plugins.providers.river.provider import usage_cost
 
     data, prompts = _inputs(tmp_path)
     config = _config(data, tiny_model, prompts, cap=1.0)
@@ -179,7 +179,7 @@ def test_river_cap_refusal_creates_no_session(fake_river, tiny_model, tmp_path):
 
 
 def test_watchdog_ends_the_river_session_before_the_cap(tiny_model, tmp_path, monkeypatch):
-    from stateset_plugins.providers.river import token_budget, usage_cost
+    from stateset_plugins.providers.river.provider import token_budget, usage_cost
 
     fake = FakeRiver(tiny_model, usage_scale=4).install(monkeypatch)  # River bills far more than the budget said
     data, prompts = _inputs(tmp_path)

@@ -20,7 +20,7 @@ def airline_policy() -> dict:
 @pytest.fixture(scope="session")
 def score_auc():
     """reward, records -> (ROC AUC of conversation score vs the success label, {id: score})."""
-    from stateset_agents.stats import roc_auc
+    from stateset_agents.plugin_api.stats import roc_auc
     from tests.helpers.realdata import tau_labels
 
     labels = tau_labels()

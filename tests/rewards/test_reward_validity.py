@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from stateset_agents.pipeline.calibrate import fit_logistic
-from stateset_agents.stats import (bootstrap_auc_interval, group_bootstrap_auc_interval, grouped_stratified_folds,
+from stateset_agents.plugin_api.stats import (bootstrap_auc_interval, group_bootstrap_auc_interval, grouped_stratified_folds,
                                    out_of_fold_auc, roc_auc)
 from tests.helpers.benchmarks import load_benchmark
 

@@ -111,7 +111,7 @@ def test_lookup_only_turns_are_not_applicable_and_vocabulary_is_configurable():
 
 
 def test_real_tau_airline_auc_beats_length_baseline(score_auc):
-    from stateset_agents.stats import roc_auc
+    from stateset_agents.plugin_api.stats import roc_auc
     from tests.helpers.realdata import tau_labels, tau_log_records
 
     records = tau_log_records(with_expected_calls=False)

@@ -129,7 +129,7 @@ def test_real_tau_airline_auc(airline_policy, score_auc):
 def test_real_tau_airline_scoring_is_chosen_out_of_fold(airline_policy, score_auc):
     """The scoring rule is a fitted choice: chosen on the training folds (grouped by task, stratified so that each
     holds successes), judged on the held-out fold. The pooled out-of-fold AUC is the figure docs/rewards.md shows."""
-    from stateset_agents.stats import grouped_stratified_folds, out_of_fold_auc, roc_auc
+    from stateset_agents.plugin_api.stats import grouped_stratified_folds, out_of_fold_auc, roc_auc
     from tests.helpers.realdata import tau_labels, tau_log_records
 
     records, labels = tau_log_records(with_expected_calls=False), tau_labels()

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
-from stateset_plugins.trainers.backend import Generation
-from stateset_plugins.trainers.chat_format import parse_assistant, same_call, to_text_messages
-from stateset_plugins.trainers.data import ChatRenderer
+from stateset_plugins.models.batch import Generation
+from stateset_plugins.models.chat_format import parse_assistant, same_call, to_text_messages
+from stateset_plugins.models.rendering import ChatRenderer
 from stateset_plugins.trainers.objectives import get_objective
 from stateset_plugins.trainers.rollout import multi_turn
 

@@ -8,7 +8,7 @@ import pytest
 def test_default_gguf_model_converts_once_and_records_its_identity(tmp_path, monkeypatch, request):
     if "slow" not in (request.config.getoption("-m") or ""):
         pytest.skip("converts a 135M-parameter model (~25 s): run with -m slow")
-    from stateset_plugins.trainers.models import default_gguf, load_base_model
+    from stateset_plugins.models.loading import default_gguf, load_base_model
 
     try:
         default_gguf()

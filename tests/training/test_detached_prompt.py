@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from stateset_plugins.trainers.backend import completion_logprobs
+from stateset_plugins.models.backend import completion_logprobs
 from stateset_plugins.trainers.objectives import get_objective
 from tests.helpers.objective_batches import rollout_batch
 
@@ -22,7 +22,7 @@ def test_detached_prompt_gives_the_same_log_probs_and_moves_the_completion_only(
 
     sft = get_objective("sft")
     scfg = sft.Config(learning_rate=1e-3, prompt_gradient=False)
-    from stateset_plugins.trainers.backend import LocalTorchBackend
+    from stateset_plugins.models.backend import LocalTorchBackend
 
     backend = LocalTorchBackend(backend.model, backend.tokenizer, scfg)
     assert backend._prompt_gradient is False
@@ -40,9 +40,9 @@ def test_the_default_keeps_the_full_gradient():
 
 
 def test_a_prefix_all_prompts_share_is_computed_once_with_the_same_answers_and_log_probs(tiny, monkeypatch):
-    from stateset_plugins.trainers import backend as backend_module
-    from stateset_plugins.trainers.batch import Sample, collate
-    from stateset_plugins.trainers.data import ChatRenderer
+    from stateset_plugins.models import backend as backend_module
+    from stateset_plugins.models.batch import Sample, collate
+    from stateset_plugins.models.rendering import ChatRenderer
 
     model, tokenizer = tiny
     cfg = get_objective("grpo").Config(num_generations=2, max_new_tokens=6, prompt_gradient=False)

@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from stateset_plugins.trainers.batch import Sample, collate
+from stateset_plugins.models.batch import Sample, collate
 from stateset_plugins.trainers.integrity import check_batch
-from stateset_plugins.trainers.rollout import IntegrityError
+from stateset_plugins.models.batch import IntegrityError
 
 VOCAB = 50
 

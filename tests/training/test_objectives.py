@@ -91,7 +91,7 @@ def test_ratio_is_one_before_first_update(tiny, algo):
 
 def test_shared_prompt_prefill_keeps_ratio_one_and_same_samples(tiny, monkeypatch):
     """The shared-prefill path (on for bigger models) must sample the same tokens with the same log-probs."""
-    from stateset_plugins.trainers import backend as backend_module
+    from stateset_plugins.models import backend as backend_module
 
     _, plain, cfg, _ = rollout_batch(*tiny, "grpo")
     monkeypatch.setitem(backend_module.SHARED_PREFILL_MIN_WORK, "cpu", 0)  # force it on for the tiny model

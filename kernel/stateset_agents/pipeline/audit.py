@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..jsonio import read_jsonl
-from ..stats import bootstrap_auc_interval, confusion_table, roc_auc, spearman
+from ..plugin_api.stats import bootstrap_auc_interval, confusion_table, roc_auc, spearman
 from .improve import DEFAULT_THRESHOLD, transcripts_path
 
 ROLLUPS = ("mean", "min")

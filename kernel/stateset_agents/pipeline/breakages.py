@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ..plugin_api.text import message_text
+
 KINDS = ("shuffled_words", "foreign_reply", "looped_sentence", "insult_added", "ungrounded_numbers",
          "claimed_action", "ungrounded_argument", "renamed_call", "repeated_call", "skipped_lookup", "empty_reply",
          "truncated_reply")
@@ -132,15 +134,6 @@ class ReplyPool:
 
 
 # ------------------------------------------------------------------------------------------------------ reading
-
-
-def message_text(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
 
 
 def text_replies(conversation: Mapping[str, Any]) -> list[int]:

@@ -6,10 +6,11 @@ import copy
 import random
 from typing import Any, Iterable, Mapping, Sequence
 
-from .breakages import (DIGITS, NAME_WORDS, PROSE_WORDS, Broken, ReplyPool, arguments_of, call_view,
-                        context_text, declared_tools, found_as_token, is_error_result, message_context, message_text,
-                        number_spans, prefix_context, result_index, rng_for, set_arguments, shallow_copy,
-                        text_replies, text_turn, tool_calls_of, tool_kind, ungrounded_value, with_text)
+from ..plugin_api.text import message_text
+from .breakages import (DIGITS, NAME_WORDS, PROSE_WORDS, Broken, ReplyPool, arguments_of, call_view, context_text,
+                        declared_tools, found_as_token, is_error_result, message_context, number_spans,
+                        prefix_context, result_index, rng_for, set_arguments, shallow_copy, text_replies, text_turn,
+                        tool_calls_of, tool_kind, ungrounded_value, with_text)
 
 # Claimed actions: the past tense of a write tool's verb, and phrasings of a completed change.
 _PAST = {"cancel": "cancelled", "update": "updated", "book": "booked", "send": "sent", "refund": "refunded",

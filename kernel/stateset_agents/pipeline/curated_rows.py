@@ -15,25 +15,15 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any, Mapping
 
-import orjson
-
 from ..jsonio import dumps
+from ..plugin_api.splits import TEST, TRAIN, VALIDATION
+from ..plugin_api.text import content_text
 
 # ------------------------------------------------------------------------------------------- one message schema
 #
 # Arrow (hence `datasets`) needs one type per field across rows, so every curated message has the same keys and
 # types: role str, content str, tool_calls list|None, tool_call_id str|None, name str|None; a tool call is
 # {id: str, type: str, function: {name: str, arguments: str}}.
-
-
-def message_text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: keep the text, the one part every chat template renders
-        return "\n".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
-    return dumps(content).decode()  # a tool result logged as an object
 
 
 def _optional_str(value: Any) -> str | None:
@@ -51,7 +41,7 @@ def _tool_call(call: Any) -> dict[str, Any]:
 
 def normalise_message(m: Mapping[str, Any]) -> dict[str, Any]:
     calls = m.get("tool_calls")
-    return {"role": m["role"], "content": message_text(m.get("content")),
+    return {"role": m["role"], "content": content_text(m.get("content")),
             "tool_calls": [_tool_call(c) for c in calls] if calls else None,
             "tool_call_id": _optional_str(m.get("tool_call_id")), "name": _optional_str(m.get("name"))}
 
@@ -83,6 +73,33 @@ def _message_json(m: Mapping[str, Any]) -> tuple[bytes, int]:
 # ------------------------------------------------------------------------------------------------ the split
 
 
+# `improve run` assigns every conversation's *group* to one split role by a hash of the group key, so no group is
+# on two sides: the key is the metadata's ``task_id`` or ``customer_id`` (the same grouping `improve calibrate` folds
+# by), else the conversation's opening (the letters and digits of its first user message: two conversations that
+# open alike always fall on one side, which keeps the held-out prompts clear of the training prompts).
+
+#: Metadata keys that name a group (first found wins), as `improve calibrate` groups by.
+GROUP_KEYS = ("task_id", "customer_id")
+
+
+def group_key(conversation: Mapping[str, Any]) -> tuple[str, bytes]:
+    """(what the group is, its key bytes): a metadata id when the conversation carries one, else its opening."""
+    metadata = conversation.get("metadata") or {}
+    for key in GROUP_KEYS:
+        value = metadata.get(key) if isinstance(metadata, Mapping) else None
+        if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value) != "":
+            return key, f"{key}={value}".encode()
+    return "opening", split_key_bytes(conversation.get("messages") or [])
+
+
+def role_of(key: bytes, fraction: float) -> str:
+    """validation for the first `fraction` of the hash range, test for the next, train for the rest."""
+    if fraction <= 0:
+        return TRAIN
+    u = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") / 2 ** 64
+    return VALIDATION if u < fraction else TEST if u < 2 * fraction else TRAIN
+
+
 # Bytes that are not ASCII letters or digits: what `str.isalnum` drops from ASCII text.
 _NOT_ALNUM = bytes(b for b in range(128) if not chr(b).isalnum())
 
@@ -90,7 +107,7 @@ _NOT_ALNUM = bytes(b for b in range(128) if not chr(b).isalnum())
 def split_key_bytes(messages: list[Mapping[str, Any]]) -> bytes:
     for m in messages:
         if m.get("role") == "user":
-            text = message_text(m.get("content"))
+            text = content_text(m.get("content"))
             if text.isascii():
                 # NFKC leaves ASCII as it is and casefold is lower there: the same key, without a per-character
                 # Python filter.
@@ -102,8 +119,9 @@ def split_key_bytes(messages: list[Mapping[str, Any]]) -> bytes:
 
 def split_key(messages: list[Mapping[str, Any]]) -> str:
     """What decides the held-out split: the letters and digits of the first user message, NFKC and case folded.
-    That is coarser than the overlap check's normalising (`overlap.normalise_text`: case folded, punctuation dropped,
-    whitespace collapsed), so two prompts it calls equal always fall on the same side; and it is C-speed."""
+    That is coarser than the overlap check's normalising (`plugin_api.overlap.normalise_text`: case folded,
+    punctuation dropped, whitespace collapsed), so two prompts it calls equal always fall on the same side; and it
+    is C-speed."""
     return split_key_bytes(messages).decode()
 
 
@@ -111,16 +129,6 @@ def is_held_out(messages: list[Mapping[str, Any]], fraction: float) -> bool:
     if fraction <= 0:
         return False
     return int.from_bytes(hashlib.sha256(split_key_bytes(messages)).digest()[:8], "big") < fraction * 2 ** 64
-
-
-def decode_curated(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A curated row with its JSON-text columns (`tools`, `metadata`) parsed back; already-parsed values (rows
-    written by other tools) pass through."""
-    out = dict(row)
-    for key in ("tools", "metadata"):
-        if isinstance(out.get(key), (str, bytes)):
-            out[key] = orjson.loads(out[key])
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ the rows

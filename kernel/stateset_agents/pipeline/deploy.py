@@ -21,7 +21,8 @@ from typing import Any
 from .._version import __version__
 from ..errors import InputError, StatesetError
 from ..jsonio import load_json, sha256_file, write_json
-from .lineage import ADAPTER_WEIGHTS, ENTRY, MANIFEST, PROMOTION, seal, seal_problem, trace
+from ..plugin_api.lineage import seal, seal_problem
+from .lineage import ADAPTER_WEIGHTS, ENTRY, MANIFEST, PROMOTION, trace
 
 ENTRY_SCHEMA = 1
 COPIED_FILES = (MANIFEST, PROMOTION, "eval_results.json")

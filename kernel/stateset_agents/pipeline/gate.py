@@ -21,12 +21,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .. import stats
 from .._version import __version__
 from ..errors import InputError, PluginError
 from ..jsonio import digest, load_json, sha256_file, write_json
-from .lineage import MANIFEST, PROMOTION, seal
-from .splits import TEST, file_role
+from ..plugin_api import stats
+from ..plugin_api.lineage import seal
+from ..plugin_api.splits import TEST, file_role
+from .lineage import MANIFEST, PROMOTION
 
 SCHEMA_VERSION = 1
 DEFAULT_MIN_SEEDS = 6

@@ -41,9 +41,8 @@ from .._version import __version__
 from ..components import GradeItem
 from ..errors import InputError, PluginError
 from ..jsonio import atomic_write, dumps, dumps_line, load_json, rare_gc, read_jsonl_lines, sha256_file
-from .curated_rows import Conversation, CuratedSink, Sink
-from .curated_rows import decode_curated, message_text, split_key  # noqa: F401  (imported from here by others)
-from .splits import LEGACY_HELD_OUT, SPLIT_FILES, TEST, VALIDATION, group_key, role_of
+from ..plugin_api.splits import LEGACY_HELD_OUT, SPLIT_FILES, TEST, VALIDATION
+from .curated_rows import Conversation, CuratedSink, Sink, group_key, role_of
 
 TRANSCRIPTS = "transcripts.jsonl"
 GRADED, CURATED = "graded.jsonl", "curated.jsonl"

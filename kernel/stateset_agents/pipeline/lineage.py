@@ -16,45 +16,17 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..errors import InputError, StatesetError
-from ..jsonio import digest, load_json, read_jsonl, sha256_file
+from ..jsonio import load_json, read_jsonl, sha256_file
+from ..plugin_api.lineage import base_model_reference, seal_problem
 
 MANIFEST = "manifest.json"
 PROMOTION = "promotion.json"
 ENTRY = "entry.json"  # what `deploy` writes into a registry entry
 ADAPTER_WEIGHTS = Path("adapter") / "adapter_model.safetensors"
-#: The key under which a JSON record carries the digest of the rest of itself (manifest, promotion).
-SEAL_KEY = "self_sha256"
-
-
 class LineageBroken(StatesetError):
     """A recorded digest does not match the file on disk."""
 
     exit_code = 4
-
-
-def seal(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The record with `self_sha256`: the digest of its canonical JSON without that key. A changed byte in the
-    file then shows even where no other file cites it."""
-    body = {k: v for k, v in record.items() if k != SEAL_KEY}
-    return {**body, SEAL_KEY: digest(body)}
-
-
-def seal_problem(record: Mapping[str, Any]) -> str | None:
-    recorded = record.get(SEAL_KEY)
-    if recorded is None:
-        return None
-    actual = digest({k: v for k, v in record.items() if k != SEAL_KEY})
-    return None if actual == recorded else f"its content digest is {actual[:12]}..., it records {recorded[:12]}..."
-
-
-def base_model_reference(info: Mapping[str, Any]) -> str | None:
-    """What to pass as --base-model to load the base model a manifest names (None when it cannot say)."""
-    source = info.get("source")
-    if source in ("local", "gguf"):
-        return info.get("path")
-    if source == "hub":
-        return info.get("id")
-    return None
 
 
 @dataclass

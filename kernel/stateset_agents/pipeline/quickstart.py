@@ -152,8 +152,8 @@ def unoptimised_metrics(results: Mapping[str, Any], test_file: Path,
     the tool-name match, and the recipe's policy reward with the support policy (`policy`; False: none); each
     paired over cases like the reward."""
     from ..components import GradeItem
-    from ..stats import paired_totals
-    from .evaluation_stats import add_statistics
+    from ..plugin_api.evidence import add_statistics
+    from ..plugin_api.stats import paired_totals
     from ..jsonio import read_jsonl
 
     cases = {str(obj.get("id", f"line{n}")): obj for n, obj in read_jsonl(str(test_file))}

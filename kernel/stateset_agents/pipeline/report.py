@@ -15,7 +15,7 @@ import orjson
 
 from ..errors import InputError
 from ..jsonio import load_json, write_text
-from .evaluation_stats import add_statistics
+from ..plugin_api.evidence import add_statistics
 from .lineage import MANIFEST, trace
 from ..formatting import fmt as _fmt
 

@@ -9,24 +9,14 @@ import base64
 import hashlib
 import os
 import shutil
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import StatesetError
 from ..jsonio import write_json
+from ..plugin_api.jobs import ArtifactMismatch, safe_relpath
 
 CHUNK = 4 << 20
-
-
-class ArtifactMismatch(StatesetError):
-    exit_code = 5
-
-
-def safe_relpath(rel: str) -> str:
-    p = PurePosixPath(rel)
-    if p.is_absolute() or ".." in p.parts or not p.parts:
-        raise ArtifactMismatch(f"the receipt names an unsafe path {rel!r}; refusing it")
-    return p.as_posix()
 
 
 def collect(provider: Any, run_id: str, output: Path, *, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -83,7 +83,7 @@ def validation_errors(config: Any, *, base: Path | None = None) -> list[tuple[st
             errors.append(("init_adapter", f"not an adapter directory (no adapter_model.safetensors): {parent}"))
         prompts = config.get("eval_prompts")
         if isinstance(prompts, str) and prompts and resolve_path(prompts, base).is_file():
-            from ..pipeline.splits import TEST, file_role
+            from ..plugin_api.splits import TEST, file_role
 
             try:
                 if file_role(resolve_path(prompts, base)) == TEST:
@@ -93,7 +93,7 @@ def validation_errors(config: Any, *, base: Path | None = None) -> list[tuple[st
                 errors.append(("eval_prompts", str(exc)))
         dataset = config.get("dataset")
         if isinstance(dataset, str) and dataset and resolve_path(dataset, base).is_file():
-            from ..pipeline.splits import refuse_evaluation_file
+            from ..plugin_api.splits import refuse_evaluation_file
 
             try:  # the same refusal as the local loader's, before anything is rented
                 refuse_evaluation_file(resolve_path(dataset, base))

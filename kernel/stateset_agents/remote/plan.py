@@ -12,21 +12,17 @@ retried launch finds the job it already created instead of renting a second mach
 """
 from __future__ import annotations
 
-import base64
-import io
 import shutil
-import tarfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import InputError
-from ..jsonio import digest, load_json, sha256_bytes, sha256_file, write_json
-from .state import private_dir
+from ..jsonio import digest, load_json, sha256_file, write_json
+from ..plugin_api.jobs import PLAN_FILE, private_dir
 
 PLAN_VERSION = 1
-PLAN_FILE = "plan.json"
 #: config keys that do not define the job (the cap is a budget, not part of the work)
 _NOT_IDENTITY = ("max_cost_usd", "dataset", "eval_prompts", "init_adapter")
 PARENT_DIR = "parent"
@@ -124,25 +120,3 @@ def load_verified(workspace: str | Path) -> dict[str, Any]:
         raise InputError("config.json was edited after prepare; run `finetune prepare` again",
                          path=str(workspace / "config.json"))
     return plan
-
-
-def bundle(workspace: Path, plan: Mapping[str, Any]) -> dict[str, Any]:
-    """The workspace as one gzipped tar (base64 for JSON transport) that the remote worker unpacks."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name in [PLAN_FILE, "config.json"] + [i["file"] for i in (plan.get("inputs") or {}).values()]:
-            info = tar.gettarinfo(str(workspace / name), arcname=name)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            with open(workspace / name, "rb") as f:
-                tar.addfile(info, f)
-    data = buf.getvalue()
-    return {"b64": base64.b64encode(data).decode(), "sha256": sha256_bytes(data), "size": len(data)}
-
-
-def unpack_bundle(b: Mapping[str, Any], dest: Path) -> None:
-    data = base64.b64decode(b["b64"])
-    if sha256_bytes(data) != b["sha256"]:
-        raise InputError("the workspace bundle is corrupt (sha256 mismatch)")
-    private_dir(dest)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-        tar.extractall(dest, filter="data")  # the data filter refuses absolute paths, links out and devices

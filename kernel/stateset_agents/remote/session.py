@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from ..errors import InputError, StatesetError
+from ..plugin_api.jobs import bundle
 from . import config as cfg
 from . import state
 from .artifacts import collect
 from .cap import FINAL_STATES, Watchdog, check_cap_value, enforce_cap
-from .plan import bundle, load_verified, snapshot_inputs, write_plan
+from .plan import load_verified, snapshot_inputs, write_plan
 
 
 def open_provider(name: str, provider_config: Mapping[str, Any] | None = None):

@@ -17,28 +17,10 @@ import orjson
 
 from ..errors import StatesetError
 from ..jsonio import dumps_line, load_json, write_json
+from ..plugin_api.jobs import private_dir, state_dir
 
-STATE_DIR_ENV = "STATESET_AGENTS_STATE_DIR"
 #: run phases after which nothing should be running any more ("closed": a chat session that ended)
 FINAL_PHASES = ("completed", "failed", "cancelled", "capped", "collected", "closed")
-
-
-def state_dir() -> Path:
-    explicit = os.environ.get(STATE_DIR_ENV)
-    if explicit:
-        base = Path(explicit)
-    else:
-        xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        base = Path(xdg) / "stateset-agents"
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return base
-
-
-def private_dir(path: Path) -> Path:
-    """A directory only its owner can read: datasets and tokens live there."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(path, 0o700)
-    return path
 
 
 @contextlib.contextmanager

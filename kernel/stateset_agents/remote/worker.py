@@ -23,15 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonio import dumps_line, load_json, sha256_file, write_json
+from ..plugin_api.jobs import (BUNDLE_ENV, BUNDLE_SHA_ENV, CONFIG_FILE, DEADLINE_ENV, JOB_DIR_ENV, PLAN_FILE, PORT_ENV,
+                               PROVIDER_ENV, RUN_ID_ENV, STOP_FILE, TOKEN_ENV, unpack_bundle)
 
-DEADLINE_ENV = "STATESET_DEADLINE_AT"
-RUN_ID_ENV = "STATESET_RUN_ID"
-TOKEN_ENV = "STATESET_RUN_TOKEN"
-BUNDLE_ENV = "STATESET_BUNDLE_B64"  # base64 of the gzipped workspace tar (no quotes: it rides in GraphQL)
-BUNDLE_SHA_ENV = "STATESET_BUNDLE_SHA256"
-PROVIDER_ENV = "STATESET_PROVIDER"
 GRACE_S = 60.0  # from the stop request to a hard exit
-STOP_FILE = "stop"  # written by a provider's terminate: the trainer stops, saves and ends its hosted session
 
 
 def file_entries(root: Path, paths) -> list[dict[str, Any]]:
@@ -70,8 +65,8 @@ def run_job(job: Path) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return 3  # another worker owns this job: never train twice
-    plan = load_json(job / "plan.json")
-    config = load_json(job / "config.json")
+    plan = load_json(job / PLAN_FILE)
+    config = load_json(job / CONFIG_FILE)
     run_id = plan["run_id"]
     deadline = float(os.environ.get(DEADLINE_ENV) or plan["created_at"] + plan["max_hours"] * 3600)
     _status(job, state="running", pid=os.getpid(), started_at=time.time(), deadline_at=deadline)
@@ -181,12 +176,10 @@ def terminate_self_at(deadline: float) -> None:
 
 def pod_main() -> int:
     """Entry point in the trainer image: unpack, serve, run, then keep serving the artifacts until the deadline."""
-    from .plan import unpack_bundle
-
-    job = Path(os.environ.get("STATESET_JOB_DIR", "/workspace/stateset-job"))
-    if not (job / "plan.json").exists():
+    job = Path(os.environ.get(JOB_DIR_ENV, "/workspace/stateset-job"))
+    if not (job / PLAN_FILE).exists():
         unpack_bundle({"b64": os.environ[BUNDLE_ENV], "sha256": os.environ[BUNDLE_SHA_ENV]}, job)
-    serve_files(job, os.environ[TOKEN_ENV], int(os.environ.get("STATESET_PORT", "8765")))
+    serve_files(job, os.environ[TOKEN_ENV], int(os.environ.get(PORT_ENV, "8765")))
     if not (job / "receipt.json").exists():  # a restarted container must not train again
         run_job(job)
     terminate_self_at(float(os.environ[DEADLINE_ENV]))

@@ -13,27 +13,10 @@ from typing import Any, Iterator, Mapping
 
 from stateset_agents import Evaluator
 from stateset_agents.errors import InputError, StatesetError
+from stateset_plugins.models.chat import completed_event, decoding_of
 
 from . import VERSION
 from .model_session import load_session, resolve_base_model, run_manifest_of, verify_adapter
-
-#: Chat decodes with some temperature by default: greedy replies of small models loop.
-CHAT_DEFAULTS = {"temperature": 0.7, "max_new_tokens": 256, "seed": 0, "max_prompt_tokens": 2048}
-
-
-def decoding_of(request: Mapping[str, Any]) -> dict[str, Any]:
-    """The request's decoding settings, CHAT_DEFAULTS where it leaves one unset."""
-    return {k: request.get(k) if request.get(k) is not None else default for k, default in CHAT_DEFAULTS.items()}
-
-
-def completed_event(tokenizer, ids, truncated: bool, **extra: Any) -> dict[str, Any]:
-    """The completed event for generated token ids: the reply parsed as training renders it (tool calls out of
-    the text), its text, whether it was truncated, its token count, then `extra`."""
-    from stateset_plugins.trainers.chat_format import content_text, parse_assistant
-
-    message = parse_assistant(tokenizer.decode(ids, skip_special_tokens=True))
-    return {"type": "completed", "message": message, "text": content_text(message.get("content")),
-            "truncated": truncated, "tokens": len(ids), **extra}
 
 
 class ChatEvaluator(Evaluator):
@@ -67,7 +50,7 @@ class ChatEvaluator(Evaluator):
         return self._sessions[key], decoding
 
     def _reply(self, request: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-        from stateset_plugins.trainers.rundir import seed_everything
+        from stateset_plugins.models.seeding import seed_everything
 
         messages = request.get("messages")
         if not isinstance(messages, list) or not messages:

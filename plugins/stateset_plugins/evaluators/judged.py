@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping
 from stateset_agents import Evaluator
 from stateset_agents.errors import InputError, StatesetError
 from stateset_agents.jsonio import digest, load_json, sha256_bytes, sha256_file, write_json
-from stateset_agents.stats import sign_flip_p_value
+from stateset_agents.plugin_api.stats import sign_flip_p_value
 
 from . import VERSION
 
@@ -47,7 +47,7 @@ def weights_sha256(spec: str | Path) -> str:
 
 
 def load_local_judge(spec: str):
-    from stateset_plugins.trainers.judge import LocalJudge
+    from stateset_plugins.models.judge import LocalJudge
 
     return LocalJudge(spec)
 
@@ -59,7 +59,7 @@ def parse_winner(text: str) -> str | None:
 
 
 def judge_messages(rubric: str, prompt: list[Mapping[str, Any]], first: str, second: str) -> list[dict[str, str]]:
-    from stateset_plugins.trainers.judge import transcript
+    from stateset_plugins.models.judge import transcript
 
     system = (f"{rubric.strip()}\n\nYou compare two replies, A and B, to the same conversation. Reply with a short "
               "justification, then a final line 'Winner: A', 'Winner: B' or 'Winner: tie'.")
@@ -69,7 +69,7 @@ def judge_messages(rubric: str, prompt: list[Mapping[str, Any]], first: str, sec
 
 
 def _answer_text(side: Mapping[str, Any]) -> str:
-    from stateset_plugins.trainers.judge import transcript
+    from stateset_plugins.models.judge import transcript
 
     return transcript([side["output"]]).split(": ", 1)[-1] if side.get("output") else str(side.get("text") or "")
 

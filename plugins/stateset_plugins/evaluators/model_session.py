@@ -1,5 +1,6 @@
-"""Loading a base model (and optionally a LoRA adapter) for inference, through the trainer plugin's own loader,
-backend and chat renderer, so evaluation generates exactly as training's held-out evaluation does."""
+"""Loading a base model (and optionally a LoRA adapter) for inference, through the loader, backend and chat
+renderer training uses (`stateset_plugins.models`), so evaluation generates exactly as training's held-out
+evaluation does."""
 from __future__ import annotations
 
 import contextlib
@@ -9,11 +10,10 @@ from typing import Any, Iterator, Mapping
 
 from stateset_agents.errors import InputError
 from stateset_agents.jsonio import load_json, sha256_file
-from stateset_agents.pipeline.lineage import base_model_reference
+from stateset_agents.plugin_api.lineage import base_model_reference
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 DEFAULT_MAX_PROMPT_TOKENS = 512
-DECODING_KEYS = ("temperature", "max_new_tokens", "seed", "max_prompt_tokens")
 
 
 def run_manifest_of(adapter: str | None) -> dict[str, Any] | None:
@@ -61,11 +61,11 @@ def resolve_base_model(requested: str | None, manifest: Mapping[str, Any] | None
 
 def resolve_protocol(protocol: Mapping[str, Any] | None, decoding: Mapping[str, Any] | None,
                      manifest: Mapping[str, Any] | None):
-    """The evaluation protocol of a request (`trainers.evaluation.EvalProtocol`): its ``protocol`` block, else an
+    """The evaluation protocol of a request (`models.evaluation.EvalProtocol`): its ``protocol`` block, else an
     older ``decoding`` block's temperature, max_new_tokens and seed; never the run's training sampling. And the
     prompt length: the request's, else the run's training config (prompts are rendered as training rendered
     them), else 512."""
-    from stateset_plugins.trainers.evaluation import EvalProtocol
+    from stateset_plugins.models.evaluation import EvalProtocol
 
     values = dict(protocol or {})
     for key in ("temperature", "max_new_tokens", "seed"):
@@ -105,17 +105,11 @@ class ModelSession:
     adapter: dict[str, Any] | None
     decoding: dict[str, Any] = field(default_factory=dict)
 
-    def config(self):
-        from stateset_plugins.trainers.config import TrainConfig
-
-        return TrainConfig(**{k: self.decoding[k] for k in DECODING_KEYS})
-
 
 def load_session(base_model: str | None, adapter: str | None, decoding: Mapping[str, Any]) -> ModelSession:
-    from stateset_plugins.trainers.backend import LocalTorchBackend
-    from stateset_plugins.trainers.config import TrainConfig
-    from stateset_plugins.trainers.data import ChatRenderer
-    from stateset_plugins.trainers.models import load_base_model
+    from stateset_plugins.models.backend import InferenceConfig, LocalTorchBackend
+    from stateset_plugins.models.loading import load_base_model
+    from stateset_plugins.models.rendering import ChatRenderer
 
     model, tokenizer, info = load_base_model(base_model)
     adapter_info = None
@@ -125,10 +119,9 @@ def load_session(base_model: str | None, adapter: str | None, decoding: Mapping[
         # trainable only because the backend builds an optimizer over trainable weights; nothing is updated
         model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
         adapter_info = {"path": str(adapter), "sha256": sha256_file(Path(adapter) / ADAPTER_WEIGHTS)}
-    config = TrainConfig(**{k: decoding[k] for k in DECODING_KEYS})
-    backend = LocalTorchBackend(model, tokenizer, config)
+    backend = LocalTorchBackend(model, tokenizer, InferenceConfig())
     backend.model.eval()  # no dropout at inference, whatever the adapter was trained with
-    renderer = ChatRenderer(tokenizer, config.max_prompt_tokens)
+    renderer = ChatRenderer(tokenizer, int(decoding["max_prompt_tokens"]))
     return ModelSession(backend, renderer, info, adapter_info, dict(decoding))
 
 

@@ -9,7 +9,7 @@ Request fields:
   default;
 * ``protocol``: ``samples`` (1), ``temperature`` (0: greedy), ``max_new_tokens`` (256), ``seed`` (0),
   ``allow_truncation`` (False: a cut answer scores 0, ungraded); the evaluation's own, never the run's training
-  sampling (`trainers.evaluation.EvalProtocol`). ``max_prompt_tokens``: the run's training config, else 512.
+  sampling (`models.evaluation.EvalProtocol`). ``max_prompt_tokens``: the run's training config, else 512.
   (A request's older ``decoding`` block is read as the protocol's temperature, max_new_tokens and seed.)
 * ``dataset`` (the training rows to check for overlap; default: the run manifest's dataset, when it is on disk),
   ``drop_overlap`` (drop colliding cases instead of refusing);
@@ -27,9 +27,10 @@ from typing import Any, Iterator, Mapping
 from stateset_agents import Evaluator
 from stateset_agents.errors import InputError, StatesetError
 from stateset_agents.jsonio import load_json, sha256_file, write_json
-from stateset_agents.pipeline.evaluation_stats import add_statistics
-from stateset_agents.pipeline.overlap import isolate_cases
-from stateset_agents.stats import paired_totals
+from stateset_agents.plugin_api.datasets import load_dataset, load_eval_prompts
+from stateset_agents.plugin_api.evidence import add_statistics
+from stateset_agents.plugin_api.overlap import isolate_cases
+from stateset_agents.plugin_api.stats import paired_totals
 
 from . import VERSION
 from .model_session import (load_session, manifest_path_of, resolve_base_model, resolve_protocol, reward_component, run_manifest_of,
@@ -68,8 +69,7 @@ class PairedEvaluator(Evaluator):
             yield {"type": "failed", "reason": type(exc).__name__, "message": str(exc)}
 
     def _run(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        from stateset_plugins.trainers.data import load_dataset
-        from stateset_plugins.trainers.evaluation import evaluate, load_eval_prompts
+        from stateset_plugins.models.evaluation import evaluate
 
         missing = [k for k in REQUIRED if not request.get(k)]
         if missing:

@@ -23,7 +23,7 @@ def register_providers(register):
              requires=["runpod"], install="pip install 'stateset-agents[runpod]'", capabilities=CAPABILITIES)
     register("stateset_plugins.providers.modal:ModalProvider", name="modal", version=VERSION,
              requires=["modal"], install="pip install 'stateset-agents[modal]'", capabilities=CAPABILITIES)
-    register("stateset_plugins.providers.river:RiverProvider", name="river", version=VERSION,
+    register("stateset_plugins.providers.river.provider:RiverProvider", name="river", version=VERSION,
              requires=["river_client"],
              install="pip install 'stateset-agents[river]' (Python 3.12+; or use the `river` image)",
              capabilities=(*CAPABILITIES, "hosted_backend"))

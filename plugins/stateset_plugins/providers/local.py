@@ -25,10 +25,8 @@ from typing import Any, Mapping
 from stateset_agents import Provider
 from stateset_agents.errors import InputError, StatesetError
 from stateset_agents.jsonio import load_json, write_json
-from stateset_agents.remote import worker
-from stateset_agents.remote.gpus import resolve_gpu
-from stateset_agents.remote.plan import unpack_bundle
-from stateset_agents.remote.state import private_dir, state_dir
+from stateset_agents.plugin_api.gpus import resolve_gpu
+from stateset_agents.plugin_api.jobs import DEADLINE_ENV, RUN_ID_ENV, private_dir, state_dir, unpack_bundle, worker_argv
 
 from . import VERSION, common
 
@@ -92,8 +90,7 @@ class LocalProvider(Provider):
         self._prepare_job(staging, plan, meta)
         write_json(staging / "job.json", meta)
         os.replace(staging, job)  # the job exists only once whole: a retry sees all of it or none
-        self._start_worker(job, {**os.environ, worker.DEADLINE_ENV: str(meta["deadline_at"]),
-                                 worker.RUN_ID_ENV: run_id})
+        self._start_worker(job, {**os.environ, DEADLINE_ENV: str(meta["deadline_at"]), RUN_ID_ENV: run_id})
         return {**meta, "attached": False}
 
     def _prepare_job(self, staging: Path, plan: Mapping[str, Any], meta: dict[str, Any]) -> None:
@@ -102,8 +99,8 @@ class LocalProvider(Provider):
     def _start_worker(self, job: Path, env: Mapping[str, str]) -> None:
         with open(job / "worker.log", "ab") as log:
             self._children[job.name] = subprocess.Popen(
-                [sys.executable, "-m", "stateset_agents.remote.worker", "run", str(job)], env=dict(env),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                worker_argv(job), env=dict(env), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
 
     def status(self, run_id):
         if self._is_chat(run_id):

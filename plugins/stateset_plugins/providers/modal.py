@@ -13,9 +13,9 @@ from pathlib import Path
 
 from stateset_agents import Provider
 from stateset_agents.errors import InputError, StatesetError
-from stateset_agents.remote import worker
-from stateset_agents.remote.chat_worker import MODEL_DIR
-from stateset_agents.remote.gpus import resolve_gpu
+from stateset_agents.plugin_api import jobs
+from stateset_agents.plugin_api.chat_host import MODEL_DIR
+from stateset_agents.plugin_api.gpus import resolve_gpu
 
 from . import VERSION, common, modal_sdk
 
@@ -69,7 +69,7 @@ class ModalProvider(Provider):
         if not claimed:
             return {"job_id": (existing or {}).get("call_id"), "created_at": (existing or {}).get("created_at"),
                     "deadline_at": (existing or {}).get("deadline_at"), "attached": True}
-        env = {worker.RUN_ID_ENV: run_id, worker.DEADLINE_ENV: f"{deadline:.0f}", worker.PROVIDER_ENV: "modal",
+        env = {jobs.RUN_ID_ENV: run_id, jobs.DEADLINE_ENV: f"{deadline:.0f}", jobs.PROVIDER_ENV: "modal",
                "STATESET_VOLUME": names["volume"]}
         gpu = plan["gpu"]["id"] + (f":{plan['gpu']['count']}" if int(plan["gpu"]["count"]) > 1 else "")
         call_id = modal_sdk.spawn(run_id, app_name=names["app"], image_ref=plan["image"]["ref"], gpu=gpu,
@@ -117,18 +117,18 @@ class ModalProvider(Provider):
 
     def list_jobs(self):
         self._credentials()
-        jobs = []
+        found = []
         for run_id, entry in modal_sdk.all_runs():
             if entry.get("kind") == "chat" and entry.get("state") != "terminated":
-                jobs.append(self._chat_status(run_id, entry))
+                found.append(self._chat_status(run_id, entry))
                 continue
             if entry.get("state") == "terminated" or not entry.get("call_id"):
                 continue
             state, _ = modal_sdk.call_state(entry["call_id"])
-            jobs.append({"run_id": run_id, "job_id": entry["call_id"], "state": state,
-                         "uptime_s": time.time() - float(entry["created_at"]), "cost_per_hour": entry.get("rate", 0),
-                         "deadline_at": entry.get("deadline_at")})
-        return jobs
+            found.append({"run_id": run_id, "job_id": entry["call_id"], "state": state,
+                          "uptime_s": time.time() - float(entry["created_at"]), "cost_per_hour": entry.get("rate", 0),
+                          "deadline_at": entry.get("deadline_at")})
+        return found
 
     def artifacts(self, request):
         self._credentials()
@@ -140,9 +140,7 @@ class ModalProvider(Provider):
     def read_artifact(self, request):
         import base64
 
-        from stateset_agents.remote.artifacts import safe_relpath
-
-        rel = safe_relpath(str(request["path"]))
+        rel = jobs.safe_relpath(str(request["path"]))
         data = modal_sdk.read_file(_names(request["run_id"])["volume"], f"job/run/{rel}")
         offset, length = int(request.get("offset") or 0), int(request.get("length") or (1 << 20))
         part = data[offset:offset + length]
@@ -167,8 +165,8 @@ class ModalProvider(Provider):
         volume = _names(request["run_id"])["volume"]
         modal_sdk.upload_files(volume, listing["dir"], listing["files"], CHAT_DIR,
                                json.dumps({"sha256": listing["sha256"], "files": listing["files"]}).encode())
-        env = {worker.RUN_ID_ENV: session_id, worker.DEADLINE_ENV: f"{entry['deadline_at']:.0f}",
-               worker.PROVIDER_ENV: "modal"}
+        env = {jobs.RUN_ID_ENV: session_id, jobs.DEADLINE_ENV: f"{entry['deadline_at']:.0f}",
+               jobs.PROVIDER_ENV: "modal"}
         modal_sdk.deploy_chat(session_id, run_id=request["run_id"], app_name=_names(session_id)["app"],
                               image_ref=quote["image"]["ref"], gpu=quote["gpu"],
                               timeout_s=max(60, int(float(request["max_minutes"]) * 60)), idle_s=CHAT_IDLE_S,

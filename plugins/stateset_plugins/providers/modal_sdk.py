@@ -24,14 +24,13 @@ def _remote_entry(bundle_b64: str, bundle_sha256: str, env: dict) -> dict:
     """Runs inside the container: unpack the workspace onto the volume, run the worker, commit the volume."""
     import os
     import subprocess
-    import sys
 
     os.environ.update(env)
     job = "/artifacts/job"
-    from stateset_agents.remote.plan import unpack_bundle
+    from stateset_agents.plugin_api.jobs import unpack_bundle, worker_argv
 
     unpack_bundle({"b64": bundle_b64, "sha256": bundle_sha256}, __import__("pathlib").Path(job))
-    rc = subprocess.call([sys.executable, "-m", "stateset_agents.remote.worker", "run", job])
+    rc = subprocess.call(worker_argv(job))
     _modal().Volume.from_name(env["STATESET_VOLUME"]).commit()
     return {"exit_code": rc}
 
@@ -97,7 +96,7 @@ def stop_app(app_name: str, sdk=None) -> None:
 
 def _chat_entry(request: dict) -> dict:
     """Runs inside the container: one chat turn with the adapter the provider put on the volume."""
-    from stateset_agents.remote.chat_worker import answer_from_volume
+    from stateset_agents.plugin_api.chat_host import answer_from_volume
 
     return answer_from_volume("/artifacts/chat", request)
 
@@ -108,7 +107,7 @@ def upload_files(volume: str, local_dir: str, files: list[dict], remote_dir: str
     import io
     from pathlib import Path
 
-    from stateset_agents.remote.chat_worker import FILES
+    from stateset_agents.plugin_api.chat_host import FILES
 
     vol = _modal(sdk).Volume.from_name(volume, create_if_missing=True)
     with vol.batch_upload(force=True) as batch:

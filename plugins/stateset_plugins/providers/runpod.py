@@ -26,8 +26,8 @@ from typing import Any
 
 from stateset_agents import Provider
 from stateset_agents.errors import InputError, StatesetError
-from stateset_agents.remote import worker
-from stateset_agents.remote.gpus import resolve_gpu
+from stateset_agents.plugin_api import jobs
+from stateset_agents.plugin_api.gpus import resolve_gpu
 
 from . import VERSION, common, runpod_sdk
 
@@ -111,18 +111,18 @@ class RunPodProvider(Provider):
         deadline = common.deadline_for(plan, created)
         pod = self._create(key, run_id, created, deadline, image=plan["image"]["ref"], gpu=plan["gpu"]["id"],
                            count=int(plan["gpu"]["count"]), disk_gb=int(plan["config"].get("storage_gb") or 20),
-                           command="python -m stateset_agents.remote.worker pod",
-                           extra={worker.BUNDLE_ENV: plan["bundle"]["b64"],
-                                  worker.BUNDLE_SHA_ENV: plan["bundle"]["sha256"]})
+                           command=jobs.POD_COMMAND,
+                           extra={jobs.BUNDLE_ENV: plan["bundle"]["b64"],
+                                  jobs.BUNDLE_SHA_ENV: plan["bundle"]["sha256"]})
         return {"job_id": pod["id"], "created_at": float(f"{created:.0f}"), "deadline_at": float(f"{deadline:.0f}"),
                 "attached": False}
 
     def _create(self, key: str, name_id: str, created: float, deadline: float, *, image: str, gpu: str, count: int,
                 disk_gb: int, command: str, extra: dict[str, str]) -> dict[str, Any]:
         """A pod named stateset-NAME_ID whose environment carries the id, the deadline and a fresh token."""
-        env = {worker.RUN_ID_ENV: name_id, worker.DEADLINE_ENV: f"{deadline:.0f}",
-               "STATESET_CREATED_AT": f"{created:.0f}", worker.TOKEN_ENV: secrets.token_hex(16),
-               worker.PROVIDER_ENV: "runpod", "STATESET_PORT": str(PORT), **extra}
+        env = {jobs.RUN_ID_ENV: name_id, jobs.DEADLINE_ENV: f"{deadline:.0f}",
+               "STATESET_CREATED_AT": f"{created:.0f}", jobs.TOKEN_ENV: secrets.token_hex(16),
+               jobs.PROVIDER_ENV: "runpod", jobs.PORT_ENV: str(PORT), **extra}
         return runpod_sdk.create_pod(
             key, name=common.resource_name(name_id), image_name=image, gpu_type_id=gpu, cloud_type=self.cloud_type,
             gpu_count=count, container_disk_in_gb=disk_gb, volume_in_gb=0, ports=f"{PORT}/http", env=env,
@@ -131,13 +131,13 @@ class RunPodProvider(Provider):
     def _attached(self, pod: dict[str, Any]) -> dict[str, Any]:
         env = _env_dict(pod)
         return {"job_id": pod["id"], "created_at": float(env.get("STATESET_CREATED_AT", 0)),
-                "deadline_at": float(env.get(worker.DEADLINE_ENV, 0)), "attached": True}
+                "deadline_at": float(env.get(jobs.DEADLINE_ENV, 0)), "attached": True}
 
     def _worker(self, pod: dict[str, Any], path: str, data: bytes | None = None, *, method: str | None = None,
                 timeout: float = 30.0) -> bytes | None:
         url = os.environ.get(PROXY_ENV, PROXY_DEFAULT).format(pod_id=pod["id"], port=PORT) + path
         req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Authorization": f"Bearer {_env_dict(pod)[worker.TOKEN_ENV]}"})
+                                     headers={"Authorization": f"Bearer {_env_dict(pod)[jobs.TOKEN_ENV]}"})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return resp.read()
@@ -177,16 +177,16 @@ class RunPodProvider(Provider):
 
     def list_jobs(self):
         key = self._key()
-        jobs = []
+        found = []
         for pod in runpod_sdk.pods(key):
             run_id = common.run_id_of(pod.get("name", ""))
             if run_id and pod.get("desiredStatus") != "TERMINATED":
                 uptime, rate = float(pod.get("uptimeSeconds") or 0), float(pod.get("costPerHr") or 0)
-                jobs.append({"run_id": run_id, "job_id": pod["id"], "state": _STATE.get(pod.get("desiredStatus"),
-                                                                                        "pending"),
-                             "uptime_s": uptime, "cost_per_hour": rate,
-                             "deadline_at": float(_env_dict(pod).get(worker.DEADLINE_ENV, 0))})
-        return jobs
+                found.append({"run_id": run_id, "job_id": pod["id"], "state": _STATE.get(pod.get("desiredStatus"),
+                                                                                         "pending"),
+                              "uptime_s": uptime, "cost_per_hour": rate,
+                              "deadline_at": float(_env_dict(pod).get(jobs.DEADLINE_ENV, 0))})
+        return found
 
     def artifacts(self, request):
         pod = self._find(self._key(), request["run_id"])
@@ -218,7 +218,7 @@ class RunPodProvider(Provider):
         deadline = created + float(request["max_minutes"]) * 60.0
         pod = self._create(key, session_id, created, deadline, image=quote["image"]["ref"], gpu=quote["gpu"],
                            count=1, disk_gb=int(request["storage_gb"]),
-                           command="python -m stateset_agents.remote.chat_worker pod", extra={})
+                           command=jobs.CHAT_POD_COMMAND, extra={})
         return {"job_id": pod["id"], "created_at": float(f"{created:.0f}"), "deadline_at": float(f"{deadline:.0f}"),
                 "attached": False}
 

@@ -30,8 +30,9 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
+from stateset_agents.plugin_api.text import message_text
+
 from ._language import known_word
-from ._text import message_text
 
 #: Roles whose messages ground a value: the user's words, tool results, the system prompt.
 GROUNDING_ROLES = frozenset({"user", "tool", "system"})

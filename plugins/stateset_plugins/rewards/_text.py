@@ -10,24 +10,6 @@ from typing import Any, Iterable, Mapping, Sequence
 import orjson
 
 
-def message_text(message: Mapping[str, Any]) -> str:
-    """The visible text of a message: `content` as a string, the text parts of a list, or "" for None."""
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif (type(part) is dict or isinstance(part, Mapping)) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return "\n".join(parts)
-    return str(content)
-
-
 def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The message's native tool calls as `{"id", "name", "arguments"}` with arguments still the logged string."""
     calls = []

@@ -13,8 +13,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import orjson
 
-from ._text import (AFFIRM, NEGATE, Phrases, affirmed, is_error_result, message_text, parse_arguments, phrases,
-                    tool_calls, tool_result)
+from stateset_agents.plugin_api.text import message_text
+
+from ._text import (AFFIRM, NEGATE, Phrases, affirmed, is_error_result, parse_arguments, phrases, tool_calls,
+                    tool_result)
 
 # A string of more than this many words is prose (a summary, a note), not a value to look for in the context.
 PROSE_WORDS = 8

@@ -5,7 +5,9 @@ import re
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
-from ._text import is_error_result, message_text, tool_result
+from stateset_agents.plugin_api.text import message_text
+
+from ._text import is_error_result, tool_result
 
 # A tool whose name starts with one of these verbs only reads or thinks; it changes nothing for the user.
 READ_VERBS = ("get", "list", "search", "find", "lookup", "look", "fetch", "read", "query", "check", "calculate",

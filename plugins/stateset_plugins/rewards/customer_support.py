@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from stateset_agents import Reward, TurnGrade
+from stateset_agents.plugin_api.text import message_text
 
 from ._grounding import GroundingIndex, mentioned_values
 from ._language import TextShape, stems, tokenise
-from ._text import AFFIRM, NEGATE, Phrases, affirmed, last_message, message_text, tool_calls
+from ._text import AFFIRM, NEGATE, Phrases, affirmed, last_message, tool_calls
 from ._tools import call_outcome, declared_tools, tool_kind
 
 _LEXICON = Path(__file__).resolve().parent / "data" / "abusive_language.json"

@@ -10,8 +10,9 @@ from fractions import Fraction
 from typing import Any, Mapping
 
 from stateset_agents import Reward, TurnGrade
+from stateset_agents.plugin_api.text import message_text
 
-from ._text import message_text, parse_number, number_tokens
+from ._text import parse_number, number_tokens
 
 # Markers in priority order: an explicit final-answer marker beats any number that merely comes last.
 _HASH_MARKER = re.compile(r"####\s*(.+)")

@@ -16,11 +16,11 @@ from functools import lru_cache, partial
 from typing import Any, Callable, Sequence
 
 from stateset_agents import Reward, TurnGrade
-
 from stateset_agents.errors import InputError
+from stateset_agents.plugin_api.text import message_text
 
-from ._text import (affirmed, has_phrase, is_error_data, is_error_result, message_text, parse_arguments,
-                    parse_json_maybe, phrases, tool_calls, tool_result_index, word_tokens)
+from ._text import (affirmed, has_phrase, is_error_data, is_error_result, parse_arguments, parse_json_maybe, phrases,
+                    tool_calls, tool_result_index, word_tokens)
 from ._tools import declared_tools
 from .policy_language import UNKNOWN, Evaluator, fits_schema, flatten, load_policy, matches, pattern
 

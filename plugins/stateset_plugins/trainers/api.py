@@ -19,15 +19,17 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 from stateset_agents.errors import InputError, StatesetError
 from stateset_agents.jsonio import load_json, sha256_file, write_json
+from stateset_agents.plugin_api.datasets import Dataset, load_dataset, load_eval_prompts
+from stateset_plugins.models.backend import LocalTorchBackend
+from stateset_plugins.models.evaluation import EvalProtocol, evaluate
+from stateset_plugins.models.rendering import ChatRenderer
+from stateset_plugins.models.seeding import seed_everything
 
-from .backend import LocalTorchBackend
-from .data import ChatRenderer, Dataset, load_dataset
 from .engine import Engine
-from .evaluation import EvalProtocol, evaluate, load_eval_prompts
 from .manifest import write_manifest
 from .objectives import Objective, objective_class, objective_names
 from .parent import InitAdapter
-from .rundir import RunDir, seed_everything
+from .rundir import RunDir
 from .selection import CheckpointValidator, best_step, checkpoint_table, read_records, truncate_records
 
 
@@ -92,7 +94,7 @@ class BaseTrainer:
         # Split isolation: a training row whose prompt is a held-out case would make the evaluation meaningless.
         self.split_isolation = None
         if self.cases:
-            from stateset_agents.pipeline.overlap import isolate_training_rows
+            from stateset_agents.plugin_api.overlap import isolate_training_rows
 
             self.dataset.rows, self.split_isolation = isolate_training_rows(
                 self.dataset.rows, self.cases, drop=drop_overlap, dataset_path=self.dataset.path)
@@ -107,7 +109,7 @@ class BaseTrainer:
         seed_everything(self.config.seed)  # before the LoRA weights are initialised
         value_head = self.objective.value_head
         if isinstance(backend, Mapping):  # a request's {"kind": "river", ...}: a hosted backend
-            from .river_backend import backend_from_spec
+            from stateset_plugins.models.hosted import backend_from_spec
 
             backend = backend_from_spec(backend, tokenizer, self.config, value_head=value_head)
         self.backend = backend or LocalTorchBackend(model, tokenizer, self.config, value_head=value_head)

@@ -16,8 +16,11 @@ from typing import Any, Iterator
 
 import torch
 
-from .batch import Batch, Sample, collate
-from .data import ChatRenderer, Cursor, Dataset
+from stateset_agents.plugin_api.datasets import Dataset
+from stateset_plugins.models.batch import Batch, Sample, collate
+from stateset_plugins.models.rendering import ChatRenderer
+
+from .data import Cursor
 from .integrity import check_batch
 from .objectives.common import zero_variance_groups
 from .rollout import IntegrityError, grade, multi_turn, single_turn

@@ -6,8 +6,7 @@ from collections import Counter
 
 import torch
 
-from .batch import Batch
-from .rollout import IntegrityError
+from stateset_plugins.models.batch import Batch, IntegrityError
 
 
 def check_batch(batch: Batch, vocab_size: int, *, needs_behaviour: bool, needs_reference: bool) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from stateset_agents.jsonio import sha256_file, write_json
+from stateset_agents.plugin_api.lineage import seal
 
 #: 2: `selection` (validation of each checkpoint, the protocol) and `parent` (--init-adapter).
 SCHEMA_VERSION = 2
@@ -73,8 +74,6 @@ def write_manifest(run_path: Path, *, run_id: str, status: str, algorithm: str, 
         "started_at": started_at,
         "finished_at": time.time(),
     }
-    from stateset_agents.pipeline.lineage import seal
-
     manifest = seal(manifest)  # a changed byte shows even where nothing else cites this manifest
     write_json(run_path / "manifest.json", manifest)
     return manifest

@@ -10,16 +10,8 @@ from typing import Any, Mapping, Sequence
 
 from stateset_agents.components import GradeItem
 
-from .batch import Sample
-from .chat_format import parse_assistant, same_call
-
-
-class IntegrityError(RuntimeError):
-    """A batch that must not be trained on. Names the sample so the user can find it."""
-
-    def __init__(self, sample: str, problem: str):
-        self.sample, self.problem = sample, problem
-        super().__init__(f"integrity check failed for sample {sample}: {problem}")
+from stateset_plugins.models.batch import IntegrityError, Sample
+from stateset_plugins.models.chat_format import parse_assistant, same_call
 
 
 @dataclass

@@ -4,9 +4,9 @@ Request fields: ``algorithm``, ``dataset`` (path), ``reward`` (a reward componen
 ``--policy`` arrives as ``{"policy": content}``), ``reward_runtime`` ("inprocess"), ``base_model`` (path, hub id,
 .gguf, or None for the offline default), ``eval_prompts`` (path), ``output`` (run directory), ``config`` (dict of
 objective fields), ``steps``/``seed``/``save_every`` (override ``config``), ``resume``, ``overwrite``,
-``backend`` ({"kind": "river", "run_id", ...}: a hosted backend, see `river_backend`; default: local torch),
+``backend`` ({"kind": "river", "run_id", ...}: a hosted backend, see `models.hosted`; default: local torch),
 ``eval`` (the evaluation protocol: ``samples``, ``temperature``, ``max_new_tokens``, ``allow_truncation``; default
-greedy, see `evaluation.EvalProtocol`), ``validate_checkpoints`` (True: each checkpoint is evaluated on
+greedy, see `models.evaluation.EvalProtocol`), ``validate_checkpoints`` (True: each checkpoint is evaluated on
 ``eval_prompts``, the validation split), ``init_adapter`` (a parent run's adapter to start from).
 Everything cheap is validated before the model loads, so a bad flag fails in a second, not after a download.
 """
@@ -17,9 +17,9 @@ import threading
 from typing import Any, Iterator, Mapping
 
 from stateset_agents.errors import InputError, StatesetError
+from stateset_agents.plugin_api.datasets import load_dataset, load_eval_prompts
+from stateset_plugins.models.loading import load_base_model, load_hosted_tokenizer
 
-from .data import load_dataset
-from .evaluation import load_eval_prompts
 from .rundir import RunDir
 
 OVERRIDES = ("steps", "seed", "save_every")
@@ -85,7 +85,7 @@ def _train(request, reward, stop, handle_signals, objective) -> Iterator[dict[st
     if not request.get("output"):
         raise InputError("an output directory is required", field="output")
     dataset = load_dataset(request["dataset"])
-    from .evaluation import EvalProtocol
+    from stateset_plugins.models.evaluation import EvalProtocol
 
     protocol = EvalProtocol.from_dict({"seed": config.seed, **dict(request.get("eval") or {})})
     eval_prompts = request.get("eval_prompts")
@@ -103,11 +103,10 @@ def _train(request, reward, stop, handle_signals, objective) -> Iterator[dict[st
         yield {"type": "log", "message": f"loading base model {request.get('base_model') or '(offline default)'}"}
         backend = request.get("backend")
         if backend:  # a hosted backend holds the weights: only the tokenizer is loaded here
-            model, tokenizer, info = None, *_hosted_tokenizer(request.get("base_model"))
+            tokenizer, info = load_hosted_tokenizer(request.get("base_model"), served_by=str(backend.get("kind")))
+            model = None
             backend = {**backend, "base_model": request.get("base_model")}
         else:
-            from .models import load_base_model
-
             model, tokenizer, info = load_base_model(request.get("base_model"))
         trainer, cls = None, trainer_class(type(objective))
         try:
@@ -122,23 +121,3 @@ def _train(request, reward, stop, handle_signals, objective) -> Iterator[dict[st
             close = getattr(getattr(trainer, "backend", None), "close", None)
             if close:
                 close()  # a hosted session ends with the run, whatever ended it
-
-
-def _hosted_tokenizer(base_model: str | None):
-    """(tokenizer, identity) of a base model a hosted backend serves."""
-    from pathlib import Path
-
-    from transformers import AutoTokenizer
-
-    if not base_model:
-        raise InputError("a hosted backend needs --base-model (a model it hosts)", field="base_model")
-    local = Path(base_model).is_dir()
-    info = {"source": "local", "path": str(Path(base_model).resolve())} if local else {"source": "hub",
-                                                                                        "id": base_model}
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(base_model)
-    except OSError as exc:
-        raise InputError(f"cannot load the tokenizer of {base_model!r}: {exc}", field="base_model") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer, {**info, "served_by": "river"}

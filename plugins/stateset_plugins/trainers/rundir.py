@@ -17,43 +17,21 @@ checkpoints; single files go through `jsonio.atomic_write`.
 from __future__ import annotations
 
 import os
-import random
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import orjson
 import torch
 
 from stateset_agents.errors import InputError
 from stateset_agents.jsonio import atomic_write, dumps_line, load_json, write_json
+from stateset_plugins.models.seeding import rng_state, set_rng_state
 
 RUN_MARKERS = ("manifest.json", "checkpoints", "metrics.jsonl", "adapter")
 #: What a run writes besides its markers; --overwrite removes these too, so nothing of the old run survives.
 RUN_RECORDS = ("eval_results.json", "tensorboard", "checkpoint_validation.jsonl", "nomination.json",
                "test_looks.jsonl", "test")
-
-
-def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 class RunDir:

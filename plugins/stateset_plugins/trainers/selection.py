@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from stateset_agents.jsonio import dumps_line, load_json, sha256_file, write_json
+from stateset_plugins.models.evaluation import EvalProtocol, evaluate, side_answers
+from stateset_plugins.models.seeding import rng_state, set_rng_state
 
-from .evaluation import EvalProtocol, _answers, evaluate
-from .rundir import RunDir, rng_state, set_rng_state
+from .rundir import RunDir
 
 CHECKPOINT_RESULTS = "validation_results.json"  # in each checkpoint directory
 VALIDATION_LOG = "checkpoint_validation.jsonl"  # in the run directory, one line per evaluated checkpoint
@@ -41,7 +42,7 @@ class CheckpointValidator:
         saved = rng_state()
         try:
             if self._base is None:
-                self._base = _answers(self.backend, self.renderer, self.reward, self.cases, self.protocol, False)
+                self._base = side_answers(self.backend, self.renderer, self.reward, self.cases, self.protocol, False)
             results = evaluate(self.backend, self.renderer, self.reward, self.cases, self.protocol,
                                base_answers=self._base)
         finally:

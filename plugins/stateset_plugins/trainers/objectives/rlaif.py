@@ -1,7 +1,7 @@
 r"""RLAIF: reinforcement learning from AI feedback (Bai et al., 2022, "Constitutional AI", arXiv:2212.08073; Lee et
 al., 2023, arXiv:2309.00267): the reward is a judge model's score of each completion against a rubric.
 
-    r_i = Score_judge(rubric, q, o_i) / max_score    (the judge's "Score: N", see `trainers.judge`)
+    r_i = Score_judge(rubric, q, o_i) / max_score    (the judge's "Score: N", see `models.judge`)
 
 and the policy objective is GRPO's (see `grpo`): group-relative advantages, clipped token ratios, per-sequence
 aggregation, beta * k3 KL to the reference.
@@ -61,6 +61,6 @@ class RLAIF(GRPO):
         config.require_judge()
 
     def build_reward(self, config: RLAIFConfig, run_dir):
-        from ..judge import JudgeReward
+        from stateset_plugins.models.judge import JudgeReward
 
         return JudgeReward.from_config(config, run_dir.path / "judge_cache.jsonl" if run_dir else None)

@@ -19,7 +19,7 @@ from stateset_agents.components import GradeItem
 from stateset_agents.errors import InputError, StatesetError
 from stateset_agents.jsonio import digest, dumps_line, sha256_bytes
 
-from .chat_format import content_text
+from stateset_agents.plugin_api.text import content_text
 
 DEFAULT_RUBRIC = ("You grade the last assistant reply of a customer-support conversation. Judge whether it is "
                   "correct, helpful, safe and follows the user's request.")
@@ -87,7 +87,7 @@ class LocalJudge:
     """A local causal LM (``--judge-model PATH|ID``), greedy decoding through its chat template."""
 
     def __init__(self, spec: str):
-        from .models import load_base_model
+        from .loading import load_base_model
 
         self.model, self.tokenizer, self.info = load_base_model(spec)
         self.model.eval()

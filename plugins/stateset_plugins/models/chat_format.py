@@ -21,21 +21,12 @@ import json
 import re
 from typing import Any, Mapping, Sequence
 
+from stateset_agents.plugin_api.text import content_text
+
 TOOL_CALL_OPEN, TOOL_CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CALL_RE = re.compile(re.escape(TOOL_CALL_OPEN) + r"(.*?)" + re.escape(TOOL_CALL_CLOSE), re.DOTALL)
 TOOLS_PREAMBLE = ("You can call these tools. To call one, write "
                   '<tool_call>{"name": NAME, "arguments": {...}}</tool_call> on its own line.')
-
-
-def content_text(content: Any) -> str:
-    """Message content as text: strings as they are, lists of parts joined by their text."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, Mapping) else str(p) for p in content)
-    return str(content)
 
 
 def _arguments(raw: Any) -> Any:

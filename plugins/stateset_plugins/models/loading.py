@@ -127,3 +127,22 @@ def load_base_model(spec: str | None) -> tuple[Any, Any, dict[str, Any]]:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return model, tokenizer, info
+
+
+def load_hosted_tokenizer(base_model: str | None, served_by: str) -> tuple[Any, dict[str, Any]]:
+    """(tokenizer, identity) of a base model a hosted backend serves (`served_by`: its kind): the weights stay
+    there, only the tokenizer is loaded here."""
+    from transformers import AutoTokenizer
+
+    if not base_model:
+        raise InputError("a hosted backend needs --base-model (a model it hosts)", field="base_model")
+    local = Path(base_model).is_dir()
+    info = {"source": "local", "path": str(Path(base_model).resolve())} if local else {"source": "hub",
+                                                                                        "id": base_model}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base_model)
+    except OSError as exc:
+        raise InputError(f"cannot load the tokenizer of {base_model!r}: {exc}", field="base_model") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, {**info, "served_by": served_by}

@@ -33,7 +33,7 @@ import torch
 
 from stateset_agents.errors import ComponentUnavailable
 
-from .rollout import IntegrityError
+from .batch import Generation, IntegrityError
 
 INSTALL = "pip install 'stateset-agents[vllm]'"
 MIN_VERSION = (0, 10)  # the first release with logprobs_mode="processed_logprobs"; names checked against 0.33.0
@@ -91,8 +91,6 @@ def _sampled_logprob(position: Any, token: int) -> float | None:
 def to_generations(outputs: Iterable[Any], eos_ids: set[int], max_new_tokens: int):
     """vLLM ``RequestOutput``s (or their recordings) -> the engine's `Generation`s, in request order, one per
     ``CompletionOutput``. Anything that does not add up is an `IntegrityError`; a log-prob is never invented."""
-    from .backend import Generation
-
     result = []
     for k, request in enumerate(outputs):
         where = f"vllm request #{k}"

@@ -1,5 +1,5 @@
 """`provider:river`: River hosts the model and exposes sampling, forward-backward, optimizer steps and
-checkpoints, so it plugs into the trainer engine's backend seam (`trainers/river_backend.py`) instead of renting a
+checkpoints, so it plugs into the trainer engine's backend seam (`backend`, kind ``river``) instead of renting a
 machine. Its client needs Python 3.12+, so this component runs out of process, in the `river` image; on this
 kernel's Python it is listed as unavailable.
 
@@ -30,15 +30,16 @@ from typing import Any, Mapping
 
 from stateset_agents.errors import InputError
 from stateset_agents.jsonio import load_json, write_json
-from stateset_agents.remote.state import state_dir
+from stateset_agents.plugin_api.jobs import STOP_FILE, state_dir
+from stateset_plugins.models.chat import CHAT_DEFAULTS, completed_event, decoding_of
 
-from . import common, river_sdk
-from .local import LocalProvider
+from .. import common
+from ..local import LocalProvider
+from . import CHECKPOINT_FILE, DEFAULT_ENDPOINT, KEY_ENV
+from . import sdk as river_sdk
 
-KEY_ENV = "RIVER_API_KEY"
 PRICE_TABLE: dict[str, Any] = {"as_of": None, "models": {}}
 STOP_WAIT_S = 300.0  # one update and a checkpoint on River, before the worker is killed instead
-CHECKPOINT_FILE = "river_checkpoint.json"  # in a River-trained run's adapter/: {"path", "base_model", "run_id"}
 
 
 def token_budget(training: Mapping[str, Any]) -> dict[str, int]:
@@ -102,7 +103,7 @@ class RiverProvider(LocalProvider):
                              field="provider_config")
         meta.update(prices=prices, prices_as_of=as_of)  # status prices usage with the table the job began with
         write_json(staging / "backend.json", {"kind": "river", "run_id": plan["run_id"],
-                                              "endpoint": self.config.get("endpoint") or "api.river.ai",
+                                              "endpoint": self.config.get("endpoint") or DEFAULT_ENDPOINT,
                                               "usage_path": str(self._job(plan["run_id"]) / "usage.json")})
 
     def status(self, run_id):
@@ -120,7 +121,7 @@ class RiverProvider(LocalProvider):
 
     def _stop_worker(self, run_id: str, pid: int) -> None:
         job = self._job(run_id)
-        (job / "stop").touch()
+        (job / STOP_FILE).touch()
         deadline = time.monotonic() + float(self.config.get("stop_wait_s", STOP_WAIT_S))
         while time.monotonic() < deadline:
             st = load_json(job / "status.json")
@@ -138,8 +139,6 @@ class RiverProvider(LocalProvider):
         return load_json(path)
 
     def _chat_quote(self, plan):
-        from stateset_plugins.evaluators.chat import CHAT_DEFAULTS
-
         chat = plan["chat"]
         model = self._checkpoint(chat["run_dir"])["base_model"]
         prices, as_of = self._prices(model)
@@ -154,18 +153,17 @@ class RiverProvider(LocalProvider):
                             turn_usd=usage_cost({"sample_tokens": per_turn}, prices), **budget)
 
     def _open_chat(self, session_id, request, meta):
-        from stateset_plugins.evaluators.chat import CHAT_DEFAULTS
-        from stateset_plugins.trainers.data import ChatRenderer
-        from stateset_plugins.trainers.run import _hosted_tokenizer
+        from stateset_plugins.models.loading import load_hosted_tokenizer
+        from stateset_plugins.models.rendering import ChatRenderer
 
         checkpoint = self._checkpoint(request["adapter"]["dir"])
         prices, as_of = self._prices(checkpoint["base_model"])
         if prices is None:
             raise InputError(f"no dated River price for {checkpoint['base_model']!r}; refusing a chat that cannot be "
                              "priced", field="provider_config")
-        tokenizer, _ = _hosted_tokenizer(checkpoint["base_model"])
+        tokenizer, _ = load_hosted_tokenizer(checkpoint["base_model"], served_by=self.name)
         renderer = ChatRenderer(tokenizer, int(CHAT_DEFAULTS["max_prompt_tokens"]))
-        client = river_sdk.connect(self._key(), self.config.get("endpoint") or "api.river.ai")
+        client = river_sdk.connect(self._key(), self.config.get("endpoint") or DEFAULT_ENDPOINT)
         try:
             context, session = river_sdk.open_session(client, session_id)
         except BaseException:
@@ -183,8 +181,6 @@ class RiverProvider(LocalProvider):
         return {"close": close, "session": session, "renderer": renderer, "usage": {"sample_tokens": 0}}
 
     def chat_turn(self, request):
-        from stateset_plugins.evaluators.chat import completed_event, decoding_of
-
         held, meta = self._held_chat(request)
         renderer = held["renderer"]
         prompt = renderer.prompt_ids(request["messages"], request.get("tools") or None)

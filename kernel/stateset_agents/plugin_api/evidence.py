@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, MutableMapping, Sequence
 
-from .. import stats
+from . import stats
 
 EVIDENCE_SCHEMA = 2
 

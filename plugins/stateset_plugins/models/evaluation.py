@@ -11,17 +11,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from stateset_agents.components import GradeItem
 from stateset_agents.errors import InputError, StatesetError
-from stateset_agents.jsonio import read_jsonl
-from stateset_agents.pipeline.evaluation_stats import add_statistics
-from stateset_agents.stats import paired_totals
+from stateset_agents.plugin_api.evidence import add_statistics
+from stateset_agents.plugin_api.stats import paired_totals
+from stateset_agents.plugin_api.text import content_text
 
-from .chat_format import content_text, parse_assistant
-from .rundir import seed_everything
+from .chat_format import parse_assistant
+from .seeding import seed_everything
 
 #: Long enough that an answer runs to its end token: a cut answer is a failed case (see docs/evaluation.md).
 DEFAULT_EVAL_MAX_NEW_TOKENS = 256
@@ -72,51 +71,6 @@ class EvalProtocol:
                 else "failure"}
 
 
-def load_eval_prompts(path: str | Path, *, with_split: bool = False):
-    """`.txt`: one prompt a line (blank lines skipped). `.jsonl`: ``prompt`` (messages or a string) with optional
-    ``metadata``, ``tools`` and ``split`` (the role `improve run` wrote: validation or test), or ``messages`` (a
-    trailing assistant message, a reference answer, is dropped). With `with_split`, returns (cases, role): the one
-    role every row records, or None when no row records one; rows of different roles are refused."""
-    path = str(path)
-    cases: list[dict[str, Any]] = []
-    roles: set[str] = set()
-    if path.endswith(".txt"):
-        try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            raise InputError("file not found", path=path) from None
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
-                cases.append({"id": f"line{number}", "prompt": [{"role": "user", "content": line.strip()}],
-                              "tools": [], "metadata": {}})
-    elif path.endswith((".jsonl", ".jsonl.gz")):
-        for number, obj in read_jsonl(path):
-            if not isinstance(obj, Mapping):
-                raise InputError("each line must be a JSON object", path=path, line=number)
-            prompt = obj.get("prompt", obj.get("messages"))
-            if isinstance(prompt, str):
-                prompt = [{"role": "user", "content": prompt}]
-            if not isinstance(prompt, list) or not prompt:
-                raise InputError("needs 'prompt' (messages or text) or 'messages'", path=path, line=number,
-                                 field="prompt")
-            if "prompt" not in obj and prompt[-1].get("role") == "assistant":
-                prompt = prompt[:-1]
-            roles.add(str(obj["split"]) if obj.get("split") is not None else "")
-            cases.append({"id": str(obj.get("id", f"line{number}")), "prompt": prompt,
-                          "tools": obj.get("tools") or [], "metadata": obj.get("metadata") or {}})
-    else:
-        raise InputError("eval prompts must be a .txt (one prompt a line) or .jsonl file", path=path)
-    if not cases:
-        raise InputError("no evaluation prompts", path=path)
-    if not with_split:
-        return cases
-    if len(roles) > 1:
-        raise InputError(f"rows of different split roles in one file ({', '.join(sorted(r or 'none' for r in roles))})"
-                         ": an evaluation file holds one role", path=path, field="split")
-    role = next(iter(roles), "") or None
-    return cases, role
-
-
 def _generate(backend, renderer, cases, protocol: EvalProtocol, adapter: bool, sample: int):
     # one seed per sample index, the same for base and candidate: paired samples
     seed_everything(protocol.seed * 1_000_003 + sample)
@@ -125,7 +79,7 @@ def _generate(backend, renderer, cases, protocol: EvalProtocol, adapter: bool, s
                             adapter=adapter)
 
 
-def _answers(backend, renderer, reward, cases, protocol: EvalProtocol, adapter: bool) -> list[dict[str, Any]]:
+def side_answers(backend, renderer, reward, cases, protocol: EvalProtocol, adapter: bool) -> list[dict[str, Any]]:
     """Per case: its samples (output, score, truncated, graded) and the case score, their mean."""
     identity = reward.identity()
     per_case: list[list[dict[str, Any]]] = [[] for _ in cases]
@@ -171,8 +125,8 @@ def evaluate(backend, renderer, reward, cases: Sequence[dict[str, Any]], protoco
     protocol = protocol or EvalProtocol()
     if not isinstance(protocol, EvalProtocol):
         raise TypeError("evaluate takes an EvalProtocol (the training config's sampling is not the evaluation's)")
-    base = base_answers if base_answers is not None else _answers(backend, renderer, reward, cases, protocol, False)
-    cand = _answers(backend, renderer, reward, cases, protocol, adapter=True)
+    base = base_answers if base_answers is not None else side_answers(backend, renderer, reward, cases, protocol, False)
+    cand = side_answers(backend, renderer, reward, cases, protocol, adapter=True)
     rows = [{"id": c["id"], "prompt": c["prompt"], "base": b, "candidate": a, "difference": a["score"] - b["score"]}
             for c, b, a in zip(cases, base, cand)]
     totals = paired_totals([r["base"]["score"] for r in rows], [r["candidate"]["score"] for r in rows])

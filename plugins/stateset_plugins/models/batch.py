@@ -1,4 +1,6 @@
-"""The batch an update sees, and how it is laid out.
+"""The backend's types: one sampled completion (`Generation`), one sample before collation (`Sample`), the batch an
+update sees (`Batch`) and how it is laid out, and the error for a batch that must not be trained on
+(`IntegrityError`).
 
 Each row is ``[left-padded prompt | completion region, right-padded]``. The completion region holds the sampled
 tokens (single turn) or the whole episode after the first prompt (multi-turn: agent tokens and replayed
@@ -13,6 +15,24 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
+
+
+class IntegrityError(RuntimeError):
+    """A batch that must not be trained on. Names the sample so the user can find it."""
+
+    def __init__(self, sample: str, problem: str):
+        self.sample, self.problem = sample, problem
+        super().__init__(f"integrity check failed for sample {sample}: {problem}")
+
+
+@dataclass
+class Generation:
+    """One sampled completion: its token ids (through the first end-of-sequence token, which is kept) and the
+    behaviour log-prob of each, taken from the scores `generate` sampled from (after temperature)."""
+
+    ids: list[int]
+    logps: list[float]
+    truncated: bool  # ran into max_new_tokens without an end-of-sequence token
 
 
 @dataclass

@@ -1,12 +1,12 @@
 """The one module that touches `river_client` (Python 3.12+, so it loads only in the `river` image).
 
-These are the calls the engine's hosted backend (`trainers/river_backend.py`) makes on River: a session tagged with
-the run id, a LoRA model on a hosted base model, sampling (from the live weights or the base model), forward and
-forward-backward passes, optimizer steps, checkpoints and their download. Every function returns plain Python
-values (lists, dicts, str), so nothing above this module sees a River type, and reports the token usage River
+These are the calls the engine's hosted backend (`backend`) and the provider (`provider`) make on River: a session
+tagged with the run id, a LoRA model on a hosted base model, sampling (from the live weights or the base model),
+forward and forward-backward passes, optimizer steps, checkpoints and their download. Every function returns plain
+Python values (lists, dicts, str), so nothing above this module sees a River type, and reports the token usage River
 returned, which is what River bills. Every function takes the SDK module as `sdk` where it needs one, so a test can
-record the calls and check them against the real client's signatures (read from its wheel's source, since the
-client cannot be imported on 3.11).
+record the calls and check them against the real client's signatures (read from its wheel's source, since the client
+cannot be imported on 3.11).
 """
 from __future__ import annotations
 

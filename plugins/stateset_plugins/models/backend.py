@@ -14,17 +14,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
-from .batch import Batch
-
-
-@dataclass
-class Generation:
-    """One sampled completion: its token ids (through the first end-of-sequence token, which is kept) and the
-    behaviour log-prob of each, taken from the scores `generate` sampled from (after temperature)."""
-
-    ids: list[int]
-    logps: list[float]
-    truncated: bool  # ran into max_new_tokens without an end-of-sequence token
+from .batch import Batch, Generation, IntegrityError
 
 
 # The forward-pass work (repeated prompt tokens x parameters) a shared prompt prefill must save before it is used:
@@ -248,6 +238,19 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+@dataclass(frozen=True)
+class InferenceConfig:
+    """The backend's settings when it only answers (evaluation, chat): no optimizer is ever built, and a base model
+    given without an adapter gets a rank-1 adapter that answers never enable (``generate(adapter=False)``)."""
+
+    device: str = "auto"
+    rollout_engine: str = "transformers"
+    lora_r: int = 1
+    lora_alpha: int = 1
+    lora_dropout: float = 0.0
+    lora_target_modules: Any = "all-linear"
+
+
 def lora_config(config) -> Any:
     from peft import LoraConfig
 
@@ -284,10 +287,7 @@ class LocalTorchBackend:
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else min(self.eos_ids))
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
-        warmup = config.warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
+        self._optimizer = self._scheduler = None  # built on first use: a backend that only answers needs neither
         self.model.train()  # LoRA dropout defaults to 0, so train mode samples and scores alike
         self.value_head = self.value_optimizer = None
         if value_head:
@@ -308,6 +308,27 @@ class LocalTorchBackend:
 
             self.rollout = VLLMRollout(base_path, getattr(tokenizer, "name_or_path", "") or base_path, config,
                                        self.eos_ids, self.save_adapter)
+
+    def _build_optimizer(self) -> None:
+        if self._optimizer is None:
+            config = self.config
+            self._optimizer = torch.optim.AdamW(self._trainable, lr=config.learning_rate,
+                                                weight_decay=config.weight_decay)
+            warmup = config.warmup_steps
+            self._scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self._optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
+
+    @property
+    def optimizer(self):
+        """AdamW over the adapter's weights, from the config's learning_rate and weight_decay."""
+        self._build_optimizer()
+        return self._optimizer
+
+    @property
+    def scheduler(self):
+        """The optimizer's warmup schedule (linear over the config's warmup_steps, then constant)."""
+        self._build_optimizer()
+        return self._scheduler
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
@@ -492,7 +513,6 @@ class LocalTorchBackend:
         return {"loss": float(loss.detach()), **stats, **mismatch}
 
     def _importance_correction(self, new_logp, batch):
-        from .rollout import IntegrityError
         from .vllm_rollout import apply_tis
 
         if self.rollout.sampled_version != self.policy_version:

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import InputError
 from ..jsonio import canonical_json
-from .improve import message_text
+from .text import content_text
 
 #: Collisions listed in an error message before "... and N more".
 SHOWN_IN_ERROR = 10
@@ -45,7 +45,7 @@ def _prompt_messages(prompt: Any) -> list[Mapping[str, Any]]:
 
 def exact_key(prompt: Any) -> str:
     """The conversational part of a prompt, verbatim."""
-    return canonical_json([[m.get("role"), message_text(m.get("content")), _tool_calls_text(m)]
+    return canonical_json([[m.get("role"), content_text(m.get("content")), _tool_calls_text(m)]
                            for m in _prompt_messages(prompt)]).decode()
 
 
@@ -57,7 +57,7 @@ def normalise_text(text: str) -> str:
 
 
 def normalised_key(prompt: Any) -> str:
-    return "\n".join(f"{m.get('role')}: {normalise_text(message_text(m.get('content')) + ' ' + _tool_calls_text(m))}"
+    return "\n".join(f"{m.get('role')}: {normalise_text(content_text(m.get('content')) + ' ' + _tool_calls_text(m))}"
                      for m in _prompt_messages(prompt))
 
 

@@ -1,6 +1,6 @@
 """`RiverBackend`: the engine's model operations on River, which hosts the model (Tinker-style).
 
-Same interface as `LocalTorchBackend`; every River call goes through `stateset_plugins.providers.river_sdk`.
+Same interface as `LocalTorchBackend`; every River call goes through `sdk`.
 River runs only its built-in losses, so an objective's loss (a torch closure over the completion log-probs) is
 applied as Tinker's custom losses are: a forward pass returns the current log-probs, the loss and its gradient
 g = dloss/dlogp are computed here, and a forward-backward with River's `importance_sampling` loss, advantages -g and
@@ -21,17 +21,10 @@ import torch
 from stateset_agents.errors import InputError
 from stateset_agents.jsonio import write_json
 
-from .backend import Generation
-from .batch import Batch
+from stateset_plugins.models.batch import Batch, Generation
 
-KEY_ENV = "RIVER_API_KEY"
-DEFAULT_ENDPOINT = "api.river.ai"
-
-
-def _sdk():
-    from stateset_plugins.providers import river_sdk
-
-    return river_sdk
+from . import CHECKPOINT_FILE, DEFAULT_ENDPOINT, KEY_ENV
+from . import sdk as river_sdk
 
 
 class RiverBackend:
@@ -61,10 +54,9 @@ class RiverBackend:
         self.policy_version = 0
         self._draws = 0
         self._reference = None
-        sdk = _sdk()
-        self.client = sdk.connect(self.api_key, endpoint)
-        self._context, self.session = sdk.open_session(self.client, run_id)
-        self.model = sdk.create_model(self.session, base_model, int(config.lora_r), seed=int(config.seed))
+        self.client = river_sdk.connect(self.api_key, endpoint)
+        self._context, self.session = river_sdk.open_session(self.client, run_id)
+        self.model = river_sdk.create_model(self.session, base_model, int(config.lora_r), seed=int(config.seed))
 
     # ------------------------------------------------------------------------------------------------ usage
     def _book(self, usage: Mapping[str, int]) -> None:
@@ -85,13 +77,13 @@ class RiverBackend:
         return Generation(ids=ids[:keep], logps=logps[:keep], truncated=end is None)
 
     def generate(self, prompts, *, max_new_tokens, temperature, adapter=True):
-        sdk = _sdk()
         if adapter:
-            groups, usage = sdk.sample(self.model, [list(p) for p in prompts], num_samples=1,
-                                       max_tokens=max_new_tokens, temperature=temperature, seed=self._seed())
+            groups, usage = river_sdk.sample(self.model, [list(p) for p in prompts], num_samples=1,
+                                             max_tokens=max_new_tokens, temperature=temperature, seed=self._seed())
         else:
-            groups, usage = sdk.sample_base(self.session, self.base_model, [list(p) for p in prompts],
-                                            max_tokens=max_new_tokens, temperature=temperature, seed=self._seed())
+            groups, usage = river_sdk.sample_base(self.session, self.base_model, [list(p) for p in prompts],
+                                                  max_tokens=max_new_tokens, temperature=temperature,
+                                                  seed=self._seed())
         self._book(usage)
         return [self._generation(group[0]) for group in groups]
 
@@ -109,7 +101,7 @@ class RiverBackend:
     def _scores(self, model, batch: Batch) -> tuple[torch.Tensor, list, list[list[float]]]:
         layout = self._layout(batch)
         data = [{"input_ids": ids} for ids, _, _ in layout]
-        rows, usage = _sdk().forward(model, data)
+        rows, usage = river_sdk.forward(model, data)
         self._book(usage)
         out = torch.zeros(batch.completion_mask.shape)
         for i, ((_, p, c), lp) in enumerate(zip(layout, rows)):
@@ -120,8 +112,8 @@ class RiverBackend:
     def logprobs(self, batch, *, temperature, reference=False):
         if reference and self._reference is None:
             # a LoRA model that is never stepped is the base model (its B matrices stay zero): the KL reference
-            self._reference = _sdk().create_model(self.session, self.base_model, int(self.config.lora_r),
-                                                  seed=int(self.config.seed))
+            self._reference = river_sdk.create_model(self.session, self.base_model, int(self.config.lora_r),
+                                                     seed=int(self.config.seed))
         return self._scores(self._reference if reference else self.model, batch)[0]
 
     def values(self, batch):
@@ -143,7 +135,7 @@ class RiverBackend:
             for j in range(c):
                 advantages[p - 1 + j] = -float(grad[i, j])
             data.append({"input_ids": ids, "advantages": advantages, "old_logprobs": [float(x) for x in lp]})
-        metrics, usage = _sdk().forward_backward(self.model, data, "importance_sampling")
+        metrics, usage = river_sdk.forward_backward(self.model, data, "importance_sampling")
         self._book(usage)
         return {"loss": float(loss.detach()), **stats}
 
@@ -153,8 +145,8 @@ class RiverBackend:
         cfg = self.config
         warmup = int(cfg.warmup_steps)
         lr = float(cfg.learning_rate) * (min(1.0, (self.steps + 1) / warmup) if warmup > 0 else 1.0)
-        metrics = _sdk().optim_step(self.model, lr, float(cfg.max_grad_norm), float(cfg.weight_decay),
-                                    idempotency_key=f"{self.run_id}-step-{self.steps + 1}")
+        metrics = river_sdk.optim_step(self.model, lr, float(cfg.max_grad_norm), float(cfg.weight_decay),
+                                       idempotency_key=f"{self.run_id}-step-{self.steps + 1}")
         norm = float(metrics.get("grad_norm", 0.0))
         if not math.isfinite(norm):
             raise FloatingPointError(f"gradient norm is not finite ({norm})")
@@ -167,11 +159,8 @@ class RiverBackend:
 
     # ---------------------------------------------------------------------------------------- checkpoints
     def save_adapter(self, directory):
-        from stateset_plugins.providers.river import CHECKPOINT_FILE
-
-        sdk = _sdk()
-        path = sdk.save(self.model, f"adapter-{self.steps:06d}", mode="inference")
-        sdk.download_checkpoint(self.api_key, path, Path(directory))
+        path = river_sdk.save(self.model, f"adapter-{self.steps:06d}", mode="inference")
+        river_sdk.download_checkpoint(self.api_key, path, Path(directory))
         # where River holds these weights: `chat-remote --provider river` samples them there
         write_json(Path(directory) / CHECKPOINT_FILE, {"path": path, "base_model": self.base_model,
                                                        "run_id": self.run_id})
@@ -182,37 +171,33 @@ class RiverBackend:
         self.policy_version += 1
 
     def training_state(self):
-        path = _sdk().save(self.model, f"step-{self.steps:06d}", mode="training")
+        path = river_sdk.save(self.model, f"step-{self.steps:06d}", mode="training")
         return {"river_checkpoint": path, "river_step": self.steps}
 
     def load_training_state(self, state):
         if "river_checkpoint" not in state:
             raise ValueError("the checkpoint was not written by the River backend")
-        _sdk().load(self.model, state["river_checkpoint"])
+        river_sdk.load(self.model, state["river_checkpoint"])
         self.steps = int(state["river_step"])
 
     def close(self) -> None:
         """End the River session (unloads the models; billing stops). Safe to call twice."""
         if self._context is None:
             return
-        sdk, context = _sdk(), self._context
+        context = self._context
         self._context = None
         try:
-            sdk.close_session(context)
+            river_sdk.close_session(context)
         finally:
-            sdk.close(self.client)
+            river_sdk.close(self.client)
 
 
-def backend_from_spec(spec: Mapping[str, Any], tokenizer, config, *, value_head: bool = False):
-    """A backend from a request's ``backend`` field: {"kind": "river", "base_model", "run_id", "endpoint",
-    "usage_path"}."""
-    options = dict(spec)
-    kind = options.pop("kind", None)
-    if kind != "river":
-        raise InputError(f"unknown backend kind {kind!r}; choose local (the default) or river", field="backend")
+def backend_from_spec(options: Mapping[str, Any], tokenizer, config, *, value_head: bool = False):
+    """The ``river`` hosted backend (`stateset_plugins.models.hosted`) from a request's ``backend`` fields:
+    ``base_model``, ``run_id``, ``endpoint``, ``usage_path``."""
     unknown = set(options) - {"base_model", "run_id", "endpoint", "usage_path"}
     if unknown:
         raise InputError(f"the river backend does not take {', '.join(sorted(unknown))}", field="backend")
     if not options.get("base_model") or not options.get("run_id"):
         raise InputError("the river backend needs base_model and run_id", field="backend")
-    return RiverBackend(tokenizer, config, value_head=value_head, **options)
+    return RiverBackend(tokenizer, config, value_head=value_head, **dict(options))
