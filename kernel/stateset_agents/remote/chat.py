@@ -31,7 +31,7 @@ from .session import _record
 from .worker import file_entries
 
 SUFFIX = "-chat"
-DEFAULT_MAX_NEW_TOKENS = 256  # evaluator:chat's default
+DEFAULT_MAX_NEW_TOKENS = 256  # the chat evaluator's default
 STORAGE_GB = 20  # disk a chat machine gets where the provider bills it (RunPod's container disk)
 
 
