@@ -288,7 +288,7 @@ TRAINERS: Mapping[str, type[BaseTrainer]] = _Trainers()
 
 def __getattr__(name: str) -> Any:
     """``GRPOTrainer`` and the others by class name, as `stateset_agents.training` exports them."""
-    for algorithm in objective_names():
+    for algorithm in objective_names() if name.endswith("Trainer") else ():
         cls = objective_class(algorithm)
         if f"{cls.class_stem()}Trainer" == name:
             return trainer_class(cls)
