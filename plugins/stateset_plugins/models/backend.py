@@ -312,6 +312,9 @@ class LocalTorchBackend:
     def _build_optimizer(self) -> None:
         if self._optimizer is None:
             config = self.config
+            if isinstance(config, InferenceConfig):
+                raise TypeError("this backend only answers (InferenceConfig): it has no optimizer; build it with a "
+                                "training config to update the adapter")
             self._optimizer = torch.optim.AdamW(self._trainable, lr=config.learning_rate,
                                                 weight_decay=config.weight_decay)
             warmup = config.warmup_steps

@@ -1,0 +1,34 @@
+"""The shared model package's seams: a backend that only answers (evaluation, chat) needs no training config, and
+a hosted backend is found by the request's kind through an entry point, never imported by a trainer by name."""
+from __future__ import annotations
+
+import pytest
+
+from stateset_agents.errors import InputError
+
+pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+
+def test_an_answering_backend_needs_no_training_config(tiny):
+    from stateset_plugins.models.backend import InferenceConfig, LocalTorchBackend
+
+    model, tokenizer = tiny
+    backend = LocalTorchBackend(model, tokenizer, InferenceConfig(device="cpu"))
+    prompt = tokenizer("hello how can I help", add_special_tokens=False)["input_ids"]
+    [base] = backend.generate([prompt], max_new_tokens=4, temperature=0.0, adapter=False)
+    [with_adapter] = backend.generate([prompt], max_new_tokens=4, temperature=0.0, adapter=True)
+    assert base.ids == with_adapter.ids  # the stand-in adapter never changes an answer
+    with pytest.raises(TypeError, match="only answers"):
+        backend.training_state()  # a checkpoint of an answering backend: nothing to save, said so
+
+
+def test_a_hosted_backend_is_found_by_its_kind():
+    from stateset_plugins.models import hosted
+
+    assert hosted.kinds()["river"].value == "stateset_plugins.providers.river.backend:backend_from_spec"
+    with pytest.raises(InputError, match=r"unknown backend kind 'elsewhere'.*river") as info:
+        hosted.backend_from_spec({"kind": "elsewhere"}, None, None)
+    assert info.value.field == "backend"
+    with pytest.raises(InputError, match="does not take region"):  # the river package's own check, reached by kind
+        hosted.backend_from_spec({"kind": "river", "run_id": "sa-x", "base_model": "m", "region": "eu"}, None, None)
