@@ -251,7 +251,7 @@ def main() -> None:
                                                "_generate_and_score_completions); update: the rest of the step"},
               "versions": {p: version(p) for p in ("torch", "transformers", "trl", "peft")}, "sizes": sizes}
     out.parent.mkdir(parents=True, exist_ok=True)
-    from stateset_agents.jsonio import write_json
+    from stateset_agents.core.jsonio import write_json
 
     write_json(out, result)
     for size, r in sizes.items():

@@ -86,7 +86,7 @@ def run(rounds: int = 5) -> dict:
             walls[name].append(round(wall, 4))
             cpus[name].append(round(cpu, 4))
     base = statistics.median(walls["python -c pass"])
-    from stateset_agents.registry import get_registry
+    from stateset_agents.core.registry import get_registry
 
     registry = get_registry(refresh=True)  # what the commands saw: the same environment, the same plugins
     report = {"rounds": rounds, "target_s": TARGET_S, "python": platform.python_version(),

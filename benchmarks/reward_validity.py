@@ -82,9 +82,9 @@ def _jsonl(path: Path) -> list[dict]:
 
 def grade(reward: str, config: dict, records: list[dict]):
     """(identity, {id: breakdowns of applicable turns}, {id: conversation score}) graded in process."""
-    from stateset_agents.components import GradeItem
+    from stateset_agents.core.components import GradeItem
     from stateset_agents.pipeline.calibrate import NO_APPLICABLE_TURN_SCORE
-    from stateset_agents.runtimes import load_component
+    from stateset_agents.core.runtimes import load_component
 
     with load_component(reward, kind="reward", config=config) as r:
         identity = r.identity()
@@ -148,8 +148,8 @@ def measure(reward: str, config: dict, records: list[dict], labels: dict[str, bo
 
 
 def gsm8k_agreement(data: Path) -> dict:
-    from stateset_agents.runtimes import load_component
-    from stateset_agents.components import GradeItem
+    from stateset_agents.core.runtimes import load_component
+    from stateset_agents.core.components import GradeItem
 
     solutions = _jsonl(data / "gsm8k" / "model_solutions.dev.jsonl")
     worked = _jsonl(data / "gsm8k" / "test.jsonl")
@@ -194,8 +194,8 @@ def run(data: Path = DATA, output: Path | None = None, *, folds: int = FOLDS, se
     `trajectories` names another file of tau-airline/ (held-out tasks, in the same format)."""
     import yaml
 
-    from stateset_agents._version import __version__
-    from stateset_agents.jsonio import digest, sha256_file, write_json, write_text
+    from stateset_agents.core._version import __version__
+    from stateset_agents.core.jsonio import digest, sha256_file, write_json, write_text
 
     started = time.perf_counter()
     policy = json.loads(json.dumps(yaml.safe_load(POLICY.read_text())))  # as the kernel hands it: JSON-shaped

@@ -27,7 +27,7 @@ def _seeded():
 
 @pytest.fixture(scope="session")
 def registry():
-    from stateset_agents.registry import get_registry
+    from stateset_agents.core.registry import get_registry
 
     return get_registry(refresh=True)
 

@@ -6,8 +6,8 @@ plugin and nothing heavy at import time; the trainer classes below are a lazy fa
 """
 from __future__ import annotations
 
-from ._version import __version__
-from .components import (
+from .core._version import __version__
+from .core.components import (
     Component,
     Evaluator,
     GradeItem,
@@ -19,8 +19,8 @@ from .components import (
     Trainer,
     TurnGrade,
 )
-from .errors import StatesetError
-from .hookspec import hookimpl
+from .core.errors import StatesetError
+from .core.hookspec import hookimpl
 
 __all__ = [
     "__version__", "hookimpl", "Component", "Ingestor", "Reward", "Trainer", "Evaluator", "Provider", "TurnGrade",

@@ -20,10 +20,10 @@ def main(argv: list[str]) -> int:
         os.environ["STATESET_AGENTS_PLUGIN_MODULES"] = ",".join(filter(None, [extra, module]))
     if "--old-revision" in argv:
         argv.remove("--old-revision")
-        from stateset_agents.runtimes import wire
+        from stateset_agents.core.runtimes import wire
 
         wire.FEATURES = {}
-    from stateset_agents.runtimes.serve import main as serve
+    from stateset_agents.core.runtimes.serve import main as serve
 
     return serve(argv)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from stateset_agents import GradeItem
-from stateset_agents.conformance import check_component
-from stateset_agents.registry import get_registry
-from stateset_agents.runtimes import load_spec
+from stateset_agents.core.conformance import check_component
+from stateset_agents.core.registry import get_registry
+from stateset_agents.core.runtimes import load_spec
 
 SERVE_AS = str(Path(__file__).with_name("serve_as.py"))
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from stateset_agents.cli import main
-from stateset_agents.conformance import check_component
-from stateset_agents.errors import InputError
-from stateset_agents.registry import ComponentSpec, get_registry
+from stateset_agents.core.conformance import check_component
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.registry import ComponentSpec, get_registry
 
 from . import broken_plugins
 

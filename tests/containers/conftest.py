@@ -27,8 +27,8 @@ def _unavailable(reason: str, hint: str = BUILD_HINT):
 
 @pytest.fixture(scope="session")
 def docker_client():
-    from stateset_agents.errors import StatesetError
-    from stateset_agents.runtimes.container import docker_client as client
+    from stateset_agents.core.errors import StatesetError
+    from stateset_agents.core.runtimes.container import docker_client as client
 
     try:
         return client()
@@ -39,7 +39,7 @@ def docker_client():
 @pytest.fixture(scope="session")
 def plugins_image(docker_client):
     """The recorded `plugins` image, checked to still exist in the daemon."""
-    from stateset_agents.runtimes.container import images_file, read_images
+    from stateset_agents.core.runtimes.container import images_file, read_images
 
     record = read_images().get("plugins")
     if record is None:
@@ -57,7 +57,7 @@ def trainer_image(docker_client):
     the records file holding it (TRAINER_RECORDS, else the default records)."""
     import json
 
-    from stateset_agents.runtimes.container import images_file
+    from stateset_agents.core.runtimes.container import images_file
 
     found = None
     for path in (TRAINER_RECORDS, images_file()):

@@ -15,9 +15,9 @@ import pytest
 
 from stateset_agents import GradeItem, Source
 from stateset_agents.cli import main
-from stateset_agents.errors import ContractMismatch, PluginError, StatesetError
-from stateset_agents.runtimes import load_component
-from stateset_agents.runtimes.container import LABEL, reap_orphans
+from stateset_agents.core.errors import ContractMismatch, PluginError, StatesetError
+from stateset_agents.core.runtimes import load_component
+from stateset_agents.core.runtimes.container import LABEL, reap_orphans
 
 pytestmark = pytest.mark.container
 
@@ -99,7 +99,7 @@ def test_a_container_killed_mid_run_fails_the_call(docker_client, plugins_image)
 
 KERNEL = textwrap.dedent("""
     import sys, time
-    from stateset_agents.runtimes import load_component
+    from stateset_agents.core.runtimes import load_component
     with load_component("reward:gsm8k", runtime="container", run_id=sys.argv[1]):
         print("up", flush=True)
         time.sleep(120)

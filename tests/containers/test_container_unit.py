@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from stateset_agents.errors import StatesetError
-from stateset_agents.registry import get_registry
-from stateset_agents.runtimes import container as rt
-from stateset_agents.runtimes import available_runtimes, load_component
+from stateset_agents.core.errors import StatesetError
+from stateset_agents.core.registry import get_registry
+from stateset_agents.core.runtimes import container as rt
+from stateset_agents.core.runtimes import available_runtimes, load_component
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def records(tmp_path, monkeypatch):
 
 
 def test_importing_the_kernel_and_the_runtime_never_imports_docker():
-    code = ("import sys, stateset_agents, stateset_agents.runtimes.container, stateset_agents.cli.images_cmd; "
+    code = ("import sys, stateset_agents, stateset_agents.core.runtimes.container, stateset_agents.cli.images_cmd; "
             "print('docker' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

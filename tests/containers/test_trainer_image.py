@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from stateset_agents.runtimes import load_component
-from stateset_agents.runtimes.container import IMAGES_ENV, LABEL
+from stateset_agents.core.runtimes import load_component
+from stateset_agents.core.runtimes.container import IMAGES_ENV, LABEL
 
 pytestmark = pytest.mark.container
 

@@ -22,7 +22,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 @pytest.fixture(autouse=True)
 def toy_reward_registered(monkeypatch):
-    from stateset_agents.registry import PLUGIN_MODULES_ENV, get_registry
+    from stateset_agents.core.registry import PLUGIN_MODULES_ENV, get_registry
 
     modules = [m for m in os.environ.get(PLUGIN_MODULES_ENV, "").split(",") if m]
     # a dotted name: subprocess-served components import it through the repo root on PYTHONPATH (tests/conftest.py)
@@ -36,7 +36,7 @@ def toy_reward_registered(monkeypatch):
 @pytest.fixture(scope="session")
 def workspace(tmp_path_factory) -> Path:
     """A source log, a curated dataset whose rows point at its lines, and held-out prompts."""
-    from stateset_agents.jsonio import sha256_file
+    from stateset_agents.core.jsonio import sha256_file
 
     root = tmp_path_factory.mktemp("workspace")
     log = write_jsonl(root / "support_log.jsonl",

@@ -5,7 +5,7 @@ import io
 import json
 
 from stateset_agents.cli import main
-from stateset_agents.runtimes import load_component
+from stateset_agents.core.runtimes import load_component
 
 SMALL = {"max_new_tokens": 4, "temperature": 0.0}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from stateset_agents.cli import main
-from stateset_agents.runtimes import load_component
+from stateset_agents.core.runtimes import load_component
 from tests.evidence.evidence_helpers import HELD_OUT, write_jsonl
 
 

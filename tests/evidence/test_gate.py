@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from stateset_agents.cli import main
-from stateset_agents.jsonio import sha256_file
+from stateset_agents.core.jsonio import sha256_file
 from stateset_agents.pipeline.gate import run_gate
 from tests.evidence.evidence_helpers import train
 

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from stateset_agents.cli import main
-from stateset_agents.jsonio import write_json
+from stateset_agents.core.jsonio import write_json
 from stateset_agents.plugin_api.lineage import seal
 from tests.evidence.evidence_helpers import train
 from tests.evidence.test_gate import fabricate_scores

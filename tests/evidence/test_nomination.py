@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from stateset_agents.cli import main
-from stateset_agents.errors import InputError
-from stateset_agents.jsonio import sha256_file
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.jsonio import sha256_file
 from stateset_agents.pipeline.gate import run_gate
 from tests.evidence.evidence_helpers import HELD_OUT, RUN_CONFIG
 from tests.helpers.toy_rewards import DigitReward

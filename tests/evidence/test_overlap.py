@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_agents.plugin_api.overlap import find_overlaps, isolate_cases, isolate_training_rows, normalise_text
 
 

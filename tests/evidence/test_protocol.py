@@ -9,7 +9,7 @@ import random
 import pytest
 
 from stateset_agents.cli import main
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_plugins.evaluators.paired import reusable
 from stateset_plugins.models.batch import Generation
 from stateset_plugins.models.evaluation import EvalProtocol, evaluate

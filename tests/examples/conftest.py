@@ -23,8 +23,8 @@ def held_out(tmp_path) -> Path:
 
 def installed(component: str, package: str):
     """The example's spec, found through its own entry point, or a failure that says how to install it."""
-    from stateset_agents.errors import UnknownComponent
-    from stateset_agents.registry import get_registry
+    from stateset_agents.core.errors import UnknownComponent
+    from stateset_agents.core.registry import get_registry
 
     try:
         spec = get_registry().resolve(component)
@@ -39,8 +39,8 @@ def require_container(component: str, records: Path | None = None) -> None:
     or, as for every container test, a skip locally and a failure in CI, saying how to get them."""
     import os
 
-    from stateset_agents.registry import get_registry
-    from stateset_agents.runtimes.container import daemon_available, image_for, images_file
+    from stateset_agents.core.registry import get_registry
+    from stateset_agents.core.runtimes.container import daemon_available, image_for, images_file
 
     if records is not None:
         os.environ["STATESET_AGENTS_IMAGES"] = str(records)  # the caller's monkeypatch restores it

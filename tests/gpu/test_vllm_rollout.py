@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from stateset_agents.errors import ComponentUnavailable
+from stateset_agents.core.errors import ComponentUnavailable
 from stateset_plugins.models.backend import LocalTorchBackend
 from stateset_plugins.models.batch import Generation, IntegrityError, Sample, collate
 from stateset_plugins.models.vllm_rollout import AdapterVersions, apply_tis, tis_weights, to_generations

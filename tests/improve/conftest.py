@@ -8,7 +8,7 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def toy_rewards(monkeypatch):
-    from stateset_agents.registry import PLUGIN_MODULES_ENV, get_registry
+    from stateset_agents.core.registry import PLUGIN_MODULES_ENV, get_registry
 
     modules = [m for m in os.environ.get(PLUGIN_MODULES_ENV, "").split(",") if m]
     # a dotted name: subprocesses import it through the repo root on PYTHONPATH (tests/conftest.py)

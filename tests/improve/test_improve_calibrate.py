@@ -9,9 +9,9 @@ import random
 import orjson
 import pytest
 
-from stateset_agents.calibration import CALIBRATION_KEY, calibrated_score, load_reward_file
+from stateset_agents.core.calibration import CALIBRATION_KEY, calibrated_score, load_reward_file
 from stateset_agents.cli import main
-from stateset_agents.jsonio import digest, sha256_file
+from stateset_agents.core.jsonio import digest, sha256_file
 
 IDENTITY = {"name": "toy", "version": "1.0.0", "config_sha256": digest({})}
 

@@ -8,10 +8,10 @@ import orjson
 import pytest
 import yaml
 
-from stateset_agents.calibration import CALIBRATION_KEY, calibrated_score
+from stateset_agents.core.calibration import CALIBRATION_KEY, calibrated_score
 from stateset_agents.cli import main
-from stateset_agents.errors import InputError
-from stateset_agents.jsonio import digest, sha256_file
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.jsonio import digest, sha256_file
 from stateset_agents.pipeline.gate import _same_reward
 from tests.improve.improve_helpers import chat, write_transcripts
 

@@ -13,7 +13,7 @@ import pytest
 
 from stateset_agents import Reward, TurnGrade
 from stateset_agents.cli import main
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_agents.pipeline import breakages
 from stateset_agents.pipeline.breakages import KINDS, ReplyPool
 from stateset_agents.plugin_api.text import message_text

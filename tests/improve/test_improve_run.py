@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from stateset_agents.cli import main
-from stateset_agents.jsonio import digest, sha256_file
+from stateset_agents.core.jsonio import digest, sha256_file
 from stateset_agents.plugin_api.datasets import decode_curated
 from stateset_agents.plugin_api.overlap import find_overlaps
 from tests.improve.improve_helpers import chat, write_transcripts
@@ -163,7 +163,7 @@ def test_printed_commands_name_only_files_that_exist_and_parse_offline(tmp_path,
             assert Path(token).is_file(), token
 
     # Parse the printed command with train's own parser; stop where training would start.
-    import stateset_agents.runtimes as runtimes
+    import stateset_agents.core.runtimes as runtimes
 
     seen = {}
 
@@ -234,7 +234,7 @@ def test_three_roles_split_by_group_never_by_row(tmp_path):
 
 
 def test_split_files_are_refused_by_the_training_loader(tmp_path):
-    from stateset_agents.errors import InputError
+    from stateset_agents.core.errors import InputError
     from stateset_agents.plugin_api.datasets import load_dataset
 
     convs = [chat(f"c{i}", f"question {i} about my order", "GOOD reply") for i in range(40)]

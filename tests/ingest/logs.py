@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from stateset_agents.jsonio import load_json
+from stateset_agents.core.jsonio import load_json
 
 
 def write_jsonl(path: Path, lines: Iterable[Any], gz: bool = False) -> Path:

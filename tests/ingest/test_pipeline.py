@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_agents.pipeline import ingest as ingest_step
 from stateset_agents.pipeline.ingest import run_ingest
 

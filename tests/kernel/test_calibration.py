@@ -8,11 +8,11 @@ import math
 import pytest
 import yaml
 
-from stateset_agents.calibration import (CALIBRATION_KEY, calibrated_score, check_calibration, load_reward_file,
+from stateset_agents.core.calibration import (CALIBRATION_KEY, calibrated_score, check_calibration, load_reward_file,
                                          resolve_reward)
-from stateset_agents.components import GradeItem
-from stateset_agents.errors import InputError
-from stateset_agents.runtimes import load_component
+from stateset_agents.core.components import GradeItem
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.runtimes import load_component
 
 CALIBRATION = {"method": "logistic-l2", "features": ["tone", "resolution"], "intercept": -1.0,
                "weights": {"tone": 1.5, "resolution": 2.0}, "fill": {"tone": 1.0, "resolution": 0.5}}

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from stateset_agents.components import KINDS
-from stateset_agents.registry import discover
+from stateset_agents.core.components import KINDS
+from stateset_agents.core.registry import discover
 
 KERNEL = Path(__file__).resolve().parents[2] / "kernel" / "stateset_agents"
 

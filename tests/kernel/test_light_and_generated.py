@@ -13,8 +13,9 @@ HEAVY = ("torch", "transformers", "peft", "vllm", "runpod", "modal", "docker", "
 
 
 def test_import_pulls_in_nothing_heavy():
-    code = ("import sys, stateset_agents, stateset_agents.cli, stateset_agents.registry, stateset_agents.runtimes;"
-            "from stateset_agents.registry import get_registry; get_registry();"
+    code = ("import sys, stateset_agents, stateset_agents.cli, stateset_agents.core.registry, "
+            "stateset_agents.core.runtimes;"
+            "from stateset_agents.core.registry import get_registry; get_registry();"
             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
@@ -72,8 +73,8 @@ def test_every_command_has_help():
 def test_committed_contracts_are_not_stale(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable}
     subprocess.run(["bash", str(ROOT / "scripts" / "gen-protos"), str(tmp_path)], check=True, env=env)
-    fresh = tmp_path / "stateset_agents" / "contracts"
-    committed = ROOT / "kernel" / "stateset_agents" / "contracts"
+    fresh = tmp_path / "stateset_agents" / "core" / "contracts"
+    committed = ROOT / "kernel" / "stateset_agents" / "core" / "contracts"
     generated = sorted(p.name for p in fresh.iterdir())
     assert generated, "code generation produced nothing"
     _, mismatch, errors = filecmp.cmpfiles(fresh, committed, generated, shallow=False)
@@ -83,7 +84,7 @@ def test_committed_contracts_are_not_stale(tmp_path):
 
 
 def test_free_form_json_keeps_integers_and_messages_round_trip_exactly():
-    from stateset_agents.runtimes import convert
+    from stateset_agents.core.runtimes import convert
 
     conv = {"id": "c", "source": {"path": "a.jsonl", "sha256": "00", "line": 3, "lines": [1, 3]},
             "messages": [{"content": "hi", "role": "user"},

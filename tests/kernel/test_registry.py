@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from stateset_agents.errors import ComponentUnavailable, UnknownComponent
-from stateset_agents.registry import discover
-from stateset_agents.runtimes import load_component
+from stateset_agents.core.errors import ComponentUnavailable, UnknownComponent
+from stateset_agents.core.registry import discover
+from stateset_agents.core.runtimes import load_component
 
 
 def cli(*args, env=None):
@@ -74,8 +74,8 @@ def test_plugins_list_table_shows_every_component():
 
 
 def test_a_class_that_is_not_the_kinds_base_class_is_refused():
-    from stateset_agents.errors import StatesetError
-    from stateset_agents.registry import Registry, _make_register
+    from stateset_agents.core.errors import StatesetError
+    from stateset_agents.core.registry import Registry, _make_register
 
     register = _make_register(Registry(), "reward", "p", "pkg")
     with pytest.raises(StatesetError, match="does not subclass"):

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from stateset_agents import Provider, Trainer
-from stateset_agents.errors import StatesetError, UnknownComponent
-from stateset_agents.registry import Registry, _make_image_register, _make_option_register, _make_register
+from stateset_agents.core.errors import StatesetError, UnknownComponent
+from stateset_agents.core.registry import Registry, _make_image_register, _make_option_register, _make_register
 
 SEEN: list[dict] = []  # the requests the toy trainer ran
 
@@ -61,7 +61,7 @@ TOY_OPTION = (("train", "--toy-temperature"), {"type": "number", "components": [
 
 @pytest.fixture()
 def toy(monkeypatch):
-    from stateset_agents import registry as reg
+    from stateset_agents.core import registry as reg
 
     def install(registry: Registry) -> Registry:
         monkeypatch.setattr(reg, "_cached", registry)

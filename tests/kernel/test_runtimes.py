@@ -14,11 +14,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from stateset_agents import GradeItem
-from stateset_agents.contracts import plugin_pb2, plugin_pb2_grpc
-from stateset_agents.errors import ContractMismatch, PluginError
-from stateset_agents.registry import get_registry
-from stateset_agents.runtimes import load_component
-from stateset_agents.runtimes.launcher import launch_subprocess, parse_handshake
+from stateset_agents.core.contracts import plugin_pb2, plugin_pb2_grpc
+from stateset_agents.core.errors import ContractMismatch, PluginError
+from stateset_agents.core.registry import get_registry
+from stateset_agents.core.runtimes import load_component
+from stateset_agents.core.runtimes.launcher import launch_subprocess, parse_handshake
 
 
 def conv(text: str, cid: str = "c1") -> dict:
@@ -81,8 +81,8 @@ def test_same_results_in_process_and_out_of_process():
 def test_batches_travel_as_jsonl_where_the_server_lists_it_and_as_items_where_it_does_not():
     """The JSONL fast path (conversations and grades as one bytes field a batch) gives the rows the typed path
     gives; a server that does not list the feature (an older one) is sent items, and replies as it can."""
-    from stateset_agents.jsonio import dumps_line
-    from stateset_agents.runtimes import wire
+    from stateset_agents.core.jsonio import dumps_line
+    from stateset_agents.core.runtimes import wire
 
     raw = b'{"id": "r1", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "yy"}]}'
     items = [GradeItem(conv("x" * n, f"c{n}")) for n in (0, 5, 20)] + [GradeItem(conv("yy", "r1"), raw_json=raw)]
@@ -108,7 +108,7 @@ def test_batches_travel_as_jsonl_where_the_server_lists_it_and_as_items_where_it
 
 
 def test_a_jsonl_reply_that_is_not_one_row_a_line_fails_closed():
-    from stateset_agents.runtimes.client import _jsonl_rows
+    from stateset_agents.core.runtimes.client import _jsonl_rows
 
     assert _jsonl_rows(b'{"a":1}\n{"b":"x\\ny"}\n', "reward:r", "Reward.Grade") == [{"a": 1}, {"b": "x\ny"}]
     for bad in (b'{"a":1}', b'{"a":1},{"b":2}\n', b'{"a":\n1}\n', b"\n", b'{"a":1}\n\n'):
@@ -125,8 +125,8 @@ def _line(cid: str, text: str) -> GradeItem:
 def test_screened_conversations_cost_the_plugin_no_parse_and_their_rows_are_the_same_bytes():
     """A line the reward screens out is named in the reply, not graded, and the kernel writes its rows: the JSONL
     is byte for byte what grading every line in process gives; the list holds the other lines' rows."""
-    from stateset_agents.jsonio import dumps_line
-    from stateset_agents.runtimes import wire
+    from stateset_agents.core.jsonio import dumps_line
+    from stateset_agents.core.runtimes import wire
 
     items = [_line("skip-1", "aaaa"), _line("c2", "bbbbbbbb"), _line("skip-3", ""), _line("c4", "cc")]
     items.append(GradeItem(conv("dddd", "skip-5")))  # no raw line: sent encoded, and screened all the same
@@ -145,8 +145,8 @@ def test_screened_conversations_cost_the_plugin_no_parse_and_their_rows_are_the_
 
 
 def test_a_malformed_screened_reply_fails_closed():
-    from stateset_agents.contracts import reward_pb2
-    from stateset_agents.runtimes.client import _rows
+    from stateset_agents.core.contracts import reward_pb2
+    from stateset_agents.core.runtimes.client import _rows
 
     items = [_line("a", "xx"), _line("b", "yy")]
     tail = b'"score":0.0,"applicable":false,"breakdown":{},"reason":"r","reward":{}}\n'
@@ -200,7 +200,7 @@ def test_a_plugin_that_dies_mid_call_is_an_error_never_an_empty_success():
 
 
 def test_a_hung_unary_call_hits_its_deadline(monkeypatch):
-    from stateset_agents.runtimes import wire
+    from stateset_agents.core.runtimes import wire
 
     monkeypatch.setattr(wire, "UNARY_DEADLINE_SECONDS", 1.0)
     with load_component("reward:test_faulty", runtime="subprocess") as r:
@@ -222,7 +222,7 @@ def test_long_streams_carry_heartbeats_and_cancel_stops_them(monkeypatch):
 
 
 def test_a_stream_that_stops_without_heartbeats_fails_after_the_idle_timeout(monkeypatch):
-    from stateset_agents.runtimes import wire
+    from stateset_agents.core.runtimes import wire
 
     # The server sends heartbeats every 5 s by default; a 0.5 s idle timeout must trip on a 2 s quiet step.
     monkeypatch.setattr(wire, "IDLE_TIMEOUT_SECONDS", 0.5)
@@ -232,7 +232,7 @@ def test_a_stream_that_stops_without_heartbeats_fails_after_the_idle_timeout(mon
 
 
 def test_heartbeats_keep_a_slow_stream_alive(monkeypatch):
-    from stateset_agents.runtimes import wire
+    from stateset_agents.core.runtimes import wire
 
     monkeypatch.setenv("STATESET_PLUGIN_HEARTBEAT_S", "0.2")
     monkeypatch.setattr(wire, "IDLE_TIMEOUT_SECONDS", 1.0)
@@ -275,7 +275,7 @@ def test_the_plugin_exits_when_its_launcher_dies(tmp_path):
     launcher = tmp_path / "launcher.py"
     launcher.write_text(
         "import sys, time\n"
-        "from stateset_agents.runtimes import load_component\n"
+        "from stateset_agents.core.runtimes import load_component\n"
         "r = load_component('reward:test_length', runtime='subprocess')\n"
         "print(r.pid, flush=True)\n"
         "time.sleep(120)\n")
@@ -303,7 +303,7 @@ def test_serve_without_a_token_explains_and_exits_non_zero():
 
 
 def test_the_launchers_light_entry_point_refuses_as_plugin_serve_does():
-    entry = [sys.executable, "-m", "stateset_agents.runtimes.serve"]
+    entry = [sys.executable, "-m", "stateset_agents.core.runtimes.serve"]
     env = {k: v for k, v in os.environ.items() if k != "STATESET_PLUGIN_TOKEN"}
     out = subprocess.run([*entry, "reward:test_length"], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode != 0 and "started by the kernel" in out.stderr

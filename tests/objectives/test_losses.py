@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_plugins.models.batch import Batch
 from stateset_plugins.trainers.objectives import get_objective
 from stateset_plugins.trainers.objectives.common import gae, group_expectation_log_weight

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from stateset_agents.cli import main
-from stateset_agents.errors import InputError, StatesetError
-from stateset_agents.registry import get_registry
+from stateset_agents.core.errors import InputError, StatesetError
+from stateset_agents.core.registry import get_registry
 from stateset_plugins.trainers.objectives import (ALGORITHMS, COMPONENT, FIRST_PARTY, Objective, get_objective,
                                                   load_objective, objective_names, register_objective)
 from tests.helpers.toy_rewards import DigitReward, make_rows, write_rows

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from stateset_agents.cli import main
-from stateset_agents.jsonio import sha256_file, write_json
+from stateset_agents.core.jsonio import sha256_file, write_json
 from stateset_agents.remote import state
 from tests.providers.fake_modal import fake_modal  # noqa: F401 - the fixture
 from tests.providers.provider_helpers import IMAGE
@@ -213,7 +213,7 @@ def test_a_crashed_sessions_leftover_is_terminated_and_booked_first(fake_modal, 
 
 def session_orphans():
     from stateset_agents.remote import session
-    from stateset_agents.runtimes import load_component
+    from stateset_agents.core.runtimes import load_component
 
     with load_component("provider:modal") as provider:
         return session.orphans({"modal": provider})

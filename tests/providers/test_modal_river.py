@@ -12,10 +12,10 @@ from unittest import mock
 
 import pytest
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_agents.remote import session
 from stateset_agents.remote.cap import CapExceeded
-from stateset_agents.runtimes import load_component
+from stateset_agents.core.runtimes import load_component
 from tests.providers.fake_modal import fake_modal  # noqa: F401 - the fixture
 from tests.providers.provider_helpers import IMAGE
 

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_agents.remote import session, state
 from stateset_agents.remote.cap import CapExceeded
 from stateset_agents.remote.worker import receipt_for, serve_files
-from stateset_agents.runtimes import load_component
+from stateset_agents.core.runtimes import load_component
 from tests.providers.provider_helpers import IMAGE
 
 

@@ -1,6 +1,6 @@
 """Small builders for hand-written conversations in the reward tests, and conversation-level scoring (imported by
 name: `from conftest import` depends on which conftest loaded first)."""
-from stateset_agents.components import assistant_turns
+from stateset_agents.core.components import assistant_turns
 
 #: What a conversation with no applicable turn scores (documented in docs/rewards.md): neutral.
 NO_APPLICABLE_TURN_SCORE = 0.5

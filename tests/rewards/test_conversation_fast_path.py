@@ -6,13 +6,13 @@ import pytest
 
 from tests.helpers.realdata import tau_log_records
 from stateset_agents import GradeItem
-from stateset_agents.components import assistant_turns
-from stateset_agents.runtimes import load_component
+from stateset_agents.core.components import assistant_turns
+from stateset_agents.core.runtimes import load_component
 
 
 @pytest.mark.parametrize("name", ["tool_calling", "customer_support", "nsr", "gsm8k"])
 def test_whole_conversation_grading_equals_turn_by_turn(name):
-    from stateset_agents.registry import get_registry
+    from stateset_agents.core.registry import get_registry
 
     cls = get_registry().resolve(name, kind="reward").load_class()
     records = tau_log_records(with_expected_calls=True)[::7]

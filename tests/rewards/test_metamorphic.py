@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers.realdata import tau_log_records
 from stateset_agents.pipeline.robustness import robustness_report
-from stateset_agents.runtimes import load_component
+from stateset_agents.core.runtimes import load_component
 
 TARGET = 0.9
 # Known short of the target, guarded at what it measures so that it cannot fall further unnoticed; raise the floor

@@ -2,7 +2,7 @@ import copy
 
 import pytest
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_plugins.rewards.nsr import NSRReward
 from tests.rewards.reward_builders import assistant, conversation, tool, user
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_plugins.rewards.nsr import NSRReward
 from tests.rewards.reward_builders import assistant, conversation, tool, user
 from tests.rewards.test_rewards_nsr import (_SAME_FLIGHTS, _booking, _breakdown, _certificate, _change_conversation,

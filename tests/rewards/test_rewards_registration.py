@@ -3,7 +3,7 @@ import sys
 
 
 def test_register_rewards_registers_the_four_rewards_lazily_and_each_loads_as_registered():
-    from stateset_agents.registry import Registry, _make_register
+    from stateset_agents.core.registry import Registry, _make_register
     from stateset_plugins import rewards
 
     registry = Registry()
@@ -19,8 +19,8 @@ def test_register_rewards_registers_the_four_rewards_lazily_and_each_loads_as_re
 def test_a_lazy_registration_whose_version_differs_from_its_class_is_refused():
     import pytest
 
-    from stateset_agents.errors import StatesetError
-    from stateset_agents.registry import Registry, _make_register
+    from stateset_agents.core.errors import StatesetError
+    from stateset_agents.core.registry import Registry, _make_register
 
     registry = Registry()
     _make_register(registry, "reward", "p", "pkg")("stateset_plugins.rewards.gsm8k:GSM8KReward", name="gsm8k",

@@ -331,7 +331,7 @@ def test_breakdown_keeps_numeric_checks_at_the_top_level_and_the_version_moved()
 
 
 def test_grade_conversation_equals_grading_turn_by_turn_on_real_logs():
-    from stateset_agents.components import assistant_turns
+    from stateset_agents.core.components import assistant_turns
     from tests.helpers.realdata import tau_log_records
 
     reward = ToolCallingReward()
@@ -459,7 +459,7 @@ def claim_action(record, rng):
 
 
 def _score(reward, record):
-    from stateset_agents.components import assistant_turns
+    from stateset_agents.core.components import assistant_turns
 
     scores = [g.score for g in reward.grade_conversation(record, assistant_turns(record)) if g.applicable]
     return round(sum(scores) / len(scores), 9) if scores else 0.5

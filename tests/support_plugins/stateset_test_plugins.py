@@ -6,7 +6,7 @@ import os
 import time
 
 from stateset_agents import Evaluator, Ingestor, Reject, Reward, Trainer, TurnGrade, hookimpl
-from stateset_agents.jsonio import iter_lines
+from stateset_agents.core.jsonio import iter_lines
 from stateset_plugins.trainers.objectives import register_objective  # light: no torch
 
 import orjson

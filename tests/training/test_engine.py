@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_plugins.trainers.api import TrainingFailed
 from tests.helpers.toy_rewards import NaNReward
 

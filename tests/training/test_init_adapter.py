@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stateset_agents.jsonio import sha256_file
+from stateset_agents.core.jsonio import sha256_file
 from stateset_plugins.trainers.run import train_run
 from tests.helpers.toy_rewards import DigitReward, make_rows, write_rows
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 
 pytest.importorskip("torch")
 pytest.importorskip("peft")

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_plugins.trainers.objectives import ALGORITHMS, get_objective
 from stateset_plugins.trainers.objectives.dapo import overlong_penalty
 from tests.helpers.objective_batches import clip_term, fixed_batch, k3, rollout_batch

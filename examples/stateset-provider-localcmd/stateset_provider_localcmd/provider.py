@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from stateset_agents import Provider
-from stateset_agents.errors import InputError
-from stateset_agents.jsonio import digest, load_json, write_json
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.jsonio import digest, load_json, write_json
 from stateset_agents.plugin_api import jobs
 
 GRACE_S = 10.0  # from SIGTERM to SIGKILL, in the supervisor and in terminate

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from stateset_agents.jsonio import load_json, write_json
+from stateset_agents.core.jsonio import load_json, write_json
 from stateset_agents.plugin_api import jobs
 
 from .provider import GRACE_S

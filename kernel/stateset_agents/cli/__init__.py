@@ -23,7 +23,7 @@ def _load_commands() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI. Usage errors are click's (usage line + message, exit 2); our errors print one clear line."""
-    from ..errors import StatesetError
+    from ..core.errors import StatesetError
 
     _load_commands()
     try:

@@ -40,7 +40,7 @@ err_console = Console(stderr=True)
 
 def version_callback(value: bool):
     if value:
-        from .._version import __version__
+        from ..core._version import __version__
 
         typer.echo(f"stateset-agents {__version__}")
         raise typer.Exit()

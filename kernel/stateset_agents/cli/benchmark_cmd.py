@@ -15,7 +15,7 @@ app.add_typer(benchmark_app, name="benchmark")
 
 
 def _load(script: str = "algorithms"):
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     for base in (Path.cwd(), *Path(__file__).resolve().parents):
         path = base / "benchmarks" / f"{script}.py"

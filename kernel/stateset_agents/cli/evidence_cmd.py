@@ -17,7 +17,7 @@ from ..formatting import fmt as _fmt
 
 def evaluator_for(capability: str) -> str:
     """The evaluator component that does `capability` ("paired", "judge", "chat"): found by what it declares."""
-    from ..registry import get_registry
+    from ..core.registry import get_registry
 
     return get_registry().offering("evaluator", capability).full_name
 
@@ -116,7 +116,7 @@ def evaluate(
     reward_runtime: str = typer.Option("inprocess", "--reward-runtime", help="Where the reward runs."),
 ):
     """Paired held-out evaluation: base model vs adapter on the same cases, one protocol and one reward."""
-    from ..errors import InputError
+    from ..core.errors import InputError
     from ..pipeline import nomination as nom
 
     if replay is not None:
@@ -167,8 +167,8 @@ def _run_judge(request: dict[str, Any], runtime: str) -> dict[str, Any]:
 def _run_evaluator(component: str, request: dict[str, Any], runtime: str, doing: str,
                    what: str) -> dict[str, Any]:
     """Run an evaluator with a progress bar (its log events printed); its completed event, or an error."""
-    from ..errors import StatesetError
-    from ..runtimes import load_component
+    from ..core.errors import StatesetError
+    from ..core.runtimes import load_component
 
     last: dict[str, Any] = {}
     with load_component(component, runtime=runtime) as evaluator, _progress() as progress:
@@ -412,7 +412,7 @@ def _save_transcript(path: Path, history: list[dict[str, Any]], metadata: dict[s
     """Append the conversation to FILE as one line of the ingest format; returns its id."""
     import orjson
 
-    from ..jsonio import atomic_write, digest
+    from ..core.jsonio import atomic_write, digest
 
     conversation_id = f"chat-{digest(history)[:16]}"
     line = orjson.dumps({"id": conversation_id, "messages": history, "tools": [], "metadata": metadata},
@@ -440,7 +440,7 @@ def chat(
 ):
     """Talk to the base model or an adapter. /reset starts over, /save FILE appends the transcript (ingest format),
     /quit ends. Reads stdin when it is not a terminal."""
-    from ..runtimes import load_component
+    from ..core.runtimes import load_component
 
     settings = {"base_model": base_model, "adapter": str(adapter) if adapter else None,
                 **_decoding(temperature, max_new_tokens, seed)}
@@ -456,9 +456,9 @@ def chat_loop(model, settings: dict[str, Any], *, system: Optional[str] = None, 
     events for {**settings, "messages": history} (the component in any runtime, or a remote chat session)."""
     import contextlib
 
-    from ..components import GradeItem
-    from ..errors import StatesetError
-    from ..runtimes import load_component
+    from ..core.components import GradeItem
+    from ..core.errors import StatesetError
+    from ..core.runtimes import load_component
 
     interactive = sys.stdin.isatty()
     start = [{"role": "system", "content": system}] if system else []

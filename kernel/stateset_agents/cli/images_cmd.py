@@ -40,7 +40,7 @@ CACHE_ENV = "STATESET_AGENTS_WHEEL_CACHE"
 def roles(registry=None) -> dict[str, Any]:
     """Every image role (name -> `registry.ImageSpec`): the kernel's `plugins` (`registry.PLUGINS_IMAGE`) and
     those the plugins declare."""
-    from ..registry import get_registry
+    from ..core.registry import get_registry
 
     return (registry or get_registry()).image_roles()
 
@@ -56,7 +56,7 @@ def project_root(given: Path | None = None) -> Path:
 
     root = given or Path(stateset_agents.__file__).resolve().parents[2]
     if not (root / "pyproject.toml").is_file() or not (root / "images").is_dir():
-        from ..errors import StatesetError
+        from ..core.errors import StatesetError
 
         raise StatesetError(f"{root} is not a stateset-agents checkout (no pyproject.toml and images/); images are "
                             "built from one: pass --project DIR")
@@ -66,7 +66,7 @@ def project_root(given: Path | None = None) -> Path:
 def _pip(args: list[str], what: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
     if proc.returncode != 0:
-        from ..errors import StatesetError
+        from ..core.errors import StatesetError
 
         tail = "\n  ".join((proc.stderr or proc.stdout).strip().splitlines()[-8:])
         raise StatesetError(f"{what} failed (pip {' '.join(args[:2])} ...):\n  {tail}")
@@ -82,7 +82,7 @@ def _image_python(client, base: str) -> dict[str, str]:
         out = client.containers.run(base, ["python3", "-c", code], entrypoint=[], remove=True, stdout=True,
                                     stderr=True, network_disabled=True)
     except Exception as exc:  # noqa: BLE001 - ImageNotFound, ContainerError: both mean "not a usable base"
-        from ..errors import StatesetError
+        from ..core.errors import StatesetError
 
         raise StatesetError(f"base image {base} cannot run python3 ({str(exc).splitlines()[0][:300]}); pull it or "
                             "build a local one (images/base/build-base)") from None
@@ -150,7 +150,7 @@ def trainer_stack(cpu: bool, torch: str | None = None, torch_index: str | None =
                   spec: Any = None) -> dict[str, str]:
     """The GPU base's build arguments for a role built on one (`spec`, default: the only such role): its `cuda` or
     `cpu` stack, torch overridable."""
-    from ..errors import StatesetError
+    from ..core.errors import StatesetError
 
     if spec is None:
         on_gpu = [s for s in roles().values() if s.gpu_base]
@@ -170,7 +170,7 @@ def trainer_stack(cpu: bool, torch: str | None = None, torch_index: str | None =
 
 def _docker_build(client, *, log: Callable[[str], None], **kwargs) -> str:
     """Run one build through the SDK's low-level API, relaying its output; return the image id."""
-    from ..errors import StatesetError
+    from ..core.errors import StatesetError
 
     image_id, tail = None, []
     for chunk in client.api.build(rm=True, forcerm=True, decode=True, **kwargs):
@@ -202,10 +202,10 @@ def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (),
                 find_links: list[Path] = ()) -> dict[str, Any]:
     """Build ROLE's image, label it with the components inside, record it; return the record. `cpu`, `torch`,
     `torch_index` choose the GPU base's stack (`trainer_stack`); `find_links` are local wheel directories."""
-    from .._version import __version__
-    from ..contracts import CONTRACT_VERSIONS
-    from ..errors import StatesetError
-    from ..runtimes.container import LABEL, docker_client, read_images, record_image
+    from ..core._version import __version__
+    from ..core.contracts import CONTRACT_VERSIONS
+    from ..core.errors import StatesetError
+    from ..core.runtimes.container import LABEL, docker_client, read_images, record_image
 
     known = roles()
     if role not in known:
@@ -318,7 +318,7 @@ def build_cmd(
 @images_app.command("list")
 def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print the records as JSON.")):
     """The built images the container runtime knows, per role."""
-    from ..runtimes.container import images_file, read_images
+    from ..core.runtimes.container import images_file, read_images
 
     images = read_images()
     if as_json:
@@ -342,7 +342,7 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print the recor
 @images_app.command("reap")
 def reap_cmd():
     """Remove plugin containers left behind by a kernel that no longer runs (every launch does this too)."""
-    from ..runtimes.container import reap_orphans
+    from ..core.runtimes.container import reap_orphans
 
     reaped = reap_orphans()
     console.print(f"removed {len(reaped)} orphaned container(s)" + (f": {', '.join(reaped)}" if reaped else ""))

@@ -143,7 +143,7 @@ def audit_cmd(
 ):
     """How well does the reward track a label? ROC AUC, Spearman, confusion table, a length baseline.
     With --robustness: does it score broken replies below real ones? Win rate per kind of breakage."""
-    from ..errors import InputError
+    from ..core.errors import InputError
     from ..pipeline.audit import run_audit
 
     if robustness:

@@ -11,8 +11,8 @@ REWARD_FILE_HELP = ("Reward config file (YAML/JSON: the reward, its config and t
 def reward_and_config(reward: Optional[str], policy: Optional[Path], reward_file: Optional[Path], *,
                       required: bool = True) -> tuple[Optional[str], dict[str, Any]]:
     """What --reward, --policy and --reward-config name together."""
-    from ..calibration import resolve_reward
-    from ..errors import InputError
+    from ..core.calibration import resolve_reward
+    from ..core.errors import InputError
     from ..pipeline.improve import load_policy
 
     reward, config = resolve_reward(reward, {"policy": load_policy(policy)} if policy is not None else {},
@@ -25,7 +25,7 @@ def reward_and_config(reward: Optional[str], policy: Optional[Path], reward_file
 def eval_protocol(samples, temperature, max_new_tokens, seed=None, allow_truncation=False) -> dict[str, Any]:
     """The evaluation protocol flags (greedy unless --samples K --temperature T); a contradiction fails here, before
     a model loads (the evaluator checks the whole protocol again)."""
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     if samples is not None and samples > 1 and not (temperature or 0) > 0:
         raise InputError(f"{samples} samples per case need --temperature > 0 (greedy answers are all alike)",

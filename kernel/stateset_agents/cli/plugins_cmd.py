@@ -16,8 +16,8 @@ def plugins_list(
 ):
     """List every component: kind, name, version, package, whether it is available (or why not), and which
     built image (role) serves it in the container runtime."""
-    from ..registry import get_registry
-    from ..runtimes.container import image_for
+    from ..core.registry import get_registry
+    from ..core.runtimes.container import image_for
 
     registry = get_registry()
     rows = []
@@ -48,19 +48,9 @@ def plugins_list(
 
 def _component_config(path):
     """A component configuration file: a YAML or JSON mapping."""
-    import yaml
+    from ..core.jsonio import load_mapping
 
-    from ..errors import InputError
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("config file not found", path=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"cannot parse the config: {exc}", path=str(path)) from None
-    if not isinstance(data, dict):
-        raise InputError("a component's config must be a mapping", path=str(path))
-    return data
+    return load_mapping(path, what="a component's config")
 
 
 @plugins_app.command("check")
@@ -75,8 +65,8 @@ def plugins_check(
     """Run the conformance suite against one installed component in each runtime, and print what fails. Exit
     status 1 when anything fails. It never spends money: providers are only asked for quotes and about runs that
     do not exist."""
-    from ..conformance import check_component, checks_for
-    from ..registry import get_registry
+    from ..core.conformance import check_component, checks_for
+    from ..core.registry import get_registry
 
     spec = get_registry().resolve(component)
     config = _component_config(config_file) if config_file else None
@@ -112,8 +102,8 @@ def plugin_serve(
     watch_stdin: bool = typer.Option(True, help="Exit when stdin closes (the launcher died)."),
 ):
     """Serve one component over gRPC. The kernel starts this; it is not meant to be run by hand."""
-    from ..registry import get_registry
-    from ..runtimes.server import launched_by_kernel, serve
+    from ..core.registry import get_registry
+    from ..core.runtimes.server import launched_by_kernel, serve
 
     if not launched_by_kernel():
         raise typer.Exit(2)

@@ -20,7 +20,7 @@ _PY_TYPES = {"string": str, "path": Path, "integer": int, "number": float, "bool
 
 
 def _registry():
-    from ..registry import get_registry
+    from ..core.registry import get_registry
 
     return get_registry()
 
@@ -68,7 +68,7 @@ def registry_command(command: str | None = None, *,
             return super().get_params(ctx)
 
         def _read_registry(self) -> None:
-            from ..errors import StatesetError
+            from ..core.errors import StatesetError
 
             registry = _registry()
             for param in self.params:
@@ -101,7 +101,7 @@ def registry_command(command: str | None = None, *,
 def plugin_fields(component: str, what: str) -> dict[str, Any]:
     """The plugin options given to the running command, as config fields of `component` (KIND:NAME); an option
     that component does not take is refused, naming those that do. `what` is how the error names the component."""
-    from ..errors import InputError
+    from ..core.errors import InputError
 
     fields: dict[str, Any] = {}
     for spec, value in _VALUES.get():

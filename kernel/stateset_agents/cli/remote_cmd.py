@@ -145,7 +145,7 @@ def train_remote(
         run_id = attach_id or cancel_id
         record = session._record(run_id)
         if attach_id and record.get("kind") == "chat":
-            from ..errors import InputError
+            from ..core.errors import InputError
 
             raise InputError(f"{run_id} is a chat session: it cannot be attached (`--cancel {run_id}` terminates "
                              "it)", field="run_id")
@@ -278,8 +278,8 @@ def chat_remote(
     from ..remote.chat import ChatSession, SessionEnded
     from .evidence_cmd import _decoding, chat_loop
 
-    from ..jsonio import load_json
-    from ..registry import get_registry
+    from ..core.jsonio import load_json
+    from ..core.registry import get_registry
 
     get_registry().require(provider_name, "provider", "chat", "chat-remote")
     record = session._record(run_id)
@@ -335,8 +335,8 @@ def costs(
 
     if orphans or clean_orphans:
         if provider_names is None:
-            from ..errors import InputError
-            from ..registry import get_registry
+            from ..core.errors import InputError
+            from ..core.registry import get_registry
 
             provider_names = get_registry().default("provider", face="train-remote")
             if provider_names is None:

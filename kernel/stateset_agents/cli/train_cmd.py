@@ -18,23 +18,12 @@ TrainCommand = registry_command("train", help={"algorithm": one_of("trainer", "l
 
 
 def _read_config(path: Path | None) -> dict[str, Any]:
+    """--config: a YAML or JSON mapping of objective fields (an empty file is no fields)."""
     if path is None:
         return {}
-    import yaml
+    from ..core.jsonio import load_mapping
 
-    from ..errors import InputError
-
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))  # YAML is a superset of JSON
-    except FileNotFoundError:
-        raise InputError("config file not found", path=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"cannot parse the config: {exc}", path=str(path)) from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise InputError("the config must be a mapping of objective fields", path=str(path))
-    return data
+    return load_mapping(path, what="the config (a mapping of objective fields)", empty=True)
 
 
 @app.command(cls=TrainCommand)
@@ -85,9 +74,9 @@ def train(
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..errors import InputError, StatesetError
-    from ..registry import get_registry
-    from ..runtimes import load_component
+    from ..core.errors import InputError, StatesetError
+    from ..core.registry import get_registry
+    from ..core.runtimes import load_component
 
     registry = get_registry()
     algorithm = algorithm or registry.default("trainer", "local", face="train")
@@ -172,7 +161,7 @@ def _checkpoint_rows(table, output: Path) -> None:
     best)."""
     import shlex
 
-    from ..jsonio import load_json
+    from ..core.jsonio import load_json
 
     manifest = output / "manifest.json"
     selection = (load_json(manifest).get("selection") or {}) if manifest.exists() else {}

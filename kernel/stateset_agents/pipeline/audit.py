@@ -16,8 +16,8 @@ import math
 import os
 from typing import Any
 
-from ..errors import InputError
-from ..jsonio import read_jsonl
+from ..core.errors import InputError
+from ..core.jsonio import read_jsonl
 from ..plugin_api.stats import bootstrap_auc_interval, confusion_table, roc_auc, spearman
 from .improve import DEFAULT_THRESHOLD, transcripts_path
 

@@ -26,10 +26,10 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .._version import __version__
-from ..calibration import CALIBRATION_KEY, REWARD_FILE_SCHEMA, calibrated_score, resolve_reward, split_config
-from ..errors import InputError
-from ..jsonio import digest, read_jsonl, sha256_file, write_text
+from ..core._version import __version__
+from ..core.calibration import CALIBRATION_KEY, REWARD_FILE_SCHEMA, calibrated_score, resolve_reward, split_config
+from ..core.errors import InputError
+from ..core.jsonio import digest, read_jsonl, sha256_file, write_text
 from ..plugin_api.stats import group_bootstrap_auc_interval, grouped_stratified_folds, out_of_fold_auc, roc_auc
 from .audit import BINARISE_AT, _check_grade_row, read_label_file, read_label_key
 from .improve import load_policy, transcripts_path

@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any, Mapping
 
-from ..jsonio import dumps
+from ..core.jsonio import dumps
 from ..plugin_api.splits import TEST, TRAIN, VALIDATION
 from ..plugin_api.text import content_text
 

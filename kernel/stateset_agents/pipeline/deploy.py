@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .._version import __version__
-from ..errors import InputError, StatesetError
-from ..jsonio import load_json, sha256_file, write_json
+from ..core._version import __version__
+from ..core.errors import InputError, StatesetError
+from ..core.jsonio import load_json, sha256_file, write_json
 from ..plugin_api.lineage import seal, seal_problem
 from .lineage import ADAPTER_WEIGHTS, ENTRY, MANIFEST, PROMOTION, trace
 

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .._version import __version__
-from ..errors import InputError, PluginError
-from ..jsonio import digest, load_json, sha256_file, write_json
+from ..core._version import __version__
+from ..core.errors import InputError, PluginError
+from ..core.jsonio import digest, load_json, sha256_file, write_json
 from ..plugin_api import stats
 from ..plugin_api.lineage import seal
 from ..plugin_api.splits import TEST, file_role
@@ -56,8 +56,8 @@ def _read_run(path: Path) -> dict[str, Any]:
 
 def _evaluate(run: Mapping[str, Any], prompts: str, reward: str, reward_config, reward_runtime: str,
               evaluator_runtime: str, output: Path, on_event: Callable | None) -> dict[str, Any]:
-    from ..registry import get_registry
-    from ..runtimes import load_component
+    from ..core.registry import get_registry
+    from ..core.runtimes import load_component
 
     evaluator_name = get_registry().offering("evaluator", "paired").full_name
     request = {"prompts": prompts, "adapter": str(run["path"] / "adapter"), "reward": reward,
@@ -81,7 +81,7 @@ def _nominated_test_results(loaded, prompts, reward: str, reward_config, reward_
     record; the reward must be the one asked for."""
     import shutil
 
-    from ..runtimes import load_component
+    from ..core.runtimes import load_component
     from .nomination import test_results
 
     full = reward if ":" in reward else f"reward:{reward}"

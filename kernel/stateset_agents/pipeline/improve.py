@@ -37,10 +37,10 @@ from typing import Any, Callable, Iterator, Mapping
 
 import orjson
 
-from .._version import __version__
-from ..components import GradeItem
-from ..errors import InputError, PluginError
-from ..jsonio import atomic_write, dumps, dumps_line, load_json, rare_gc, read_jsonl_lines, sha256_file
+from ..core._version import __version__
+from ..core.components import GradeItem
+from ..core.errors import InputError, PluginError
+from ..core.jsonio import atomic_write, dumps, dumps_line, load_json, rare_gc, read_jsonl_lines, sha256_file
 from ..plugin_api.splits import LEGACY_HELD_OUT, SPLIT_FILES, TEST, VALIDATION
 from .curated_rows import Conversation, CuratedSink, Sink, group_key, role_of
 
@@ -183,7 +183,7 @@ def train_command(*, dataset: str, reward: str, base_model: str | None, eval_pro
     --eval-prompts when no validation file exists; the algorithm, unless named, is the trainer `train` defaults to
     (no --algorithm when the installed trainers name no default: `train` then asks for one)."""
     if algorithm is None:
-        from ..registry import get_registry
+        from ..core.registry import get_registry
 
         algorithm = get_registry().default("trainer", "local", face="train")
     argv = ["stateset-agents", "train", "--dataset", dataset, *(["--algorithm", algorithm] if algorithm else []),
@@ -212,8 +212,8 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
     """Grade, curate, and write OUT's files; returns the summary (as written to improve_summary.json).
     `reward_config` is a reward config file (`calibration.load_reward_file`: the reward's config, and the weights
     `improve calibrate` fitted)."""
-    from ..calibration import CALIBRATION_KEY, resolve_reward
-    from ..runtimes import load_component
+    from ..core.calibration import CALIBRATION_KEY, resolve_reward
+    from ..core.runtimes import load_component
 
     if not 0.0 <= threshold <= 1.0:
         raise InputError(f"threshold must lie in [0, 1], got {threshold}", field="threshold")

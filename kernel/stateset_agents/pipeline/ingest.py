@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from ..components import Reject, Source
-from ..errors import InputError, PluginError
-from ..jsonio import atomic_write, canonical_json, dumps_line, sha256_file, write_json
-from ..runtimes import load_component
+from ..core.components import Reject, Source
+from ..core.errors import InputError, PluginError
+from ..core.jsonio import atomic_write, canonical_json, dumps_line, sha256_file, write_json
+from ..core.runtimes import load_component
 from .redact import redact_conversation
 
 TRANSCRIPTS = "transcripts.jsonl"

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..errors import InputError, StatesetError
-from ..jsonio import load_json, read_jsonl, sha256_file
+from ..core.errors import InputError, StatesetError
+from ..core.jsonio import load_json, read_jsonl, sha256_file
 from ..plugin_api.lineage import base_model_reference, seal_problem
 
 MANIFEST = "manifest.json"

@@ -15,8 +15,8 @@ from typing import Any, Mapping
 
 import orjson
 
-from ..errors import InputError
-from ..jsonio import dumps_line, load_json, sha256_file, write_json
+from ..core.errors import InputError
+from ..core.jsonio import dumps_line, load_json, sha256_file, write_json
 from .lineage import MANIFEST
 
 NOMINATION, LEDGER, TEST_DIR = "nomination.json", "test_looks.jsonl", "test"

@@ -13,8 +13,8 @@ from typing import Any, Mapping, Sequence
 
 import orjson
 
-from ..errors import InputError
-from ..jsonio import load_json, write_text
+from ..core.errors import InputError
+from ..core.jsonio import load_json, write_text
 from ..plugin_api.evidence import add_statistics
 from .lineage import MANIFEST, trace
 from ..formatting import fmt as _fmt

@@ -15,9 +15,9 @@ import os
 from collections import deque
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from ..components import GradeItem, assistant_turns
-from ..errors import InputError, PluginError
-from ..jsonio import read_jsonl, sha256_file, write_json
+from ..core.components import GradeItem, assistant_turns
+from ..core.errors import InputError, PluginError
+from ..core.jsonio import read_jsonl, sha256_file, write_json
 from .breakages import (DESCRIPTIONS, KINDS, Broken, ReplyPool, empty_reply, foreign_reply, insult_added,
                         looped_sentence, shuffled_words, truncated_reply, ungrounded_numbers)
 from .call_breakages import claimed_action, renamed_call, repeated_call, skipped_lookup, ungrounded_argument
@@ -239,7 +239,7 @@ def run_robustness(transcripts: str | os.PathLike, reward: str, config: Mapping[
     built with `config` (a policy travels as config.policy). With `output`, the report is also written there
     (atomically). `limit`: audit the first so many conversations only (the whole file is held in memory, for the
     pool of foreign replies). `on_progress(graded, total)` hears of each graded batch of conversations."""
-    from ..runtimes import load_component
+    from ..core.runtimes import load_component
 
     chosen = parse_kinds(kinds)  # checked before anything is read or started
     if examples < 0:

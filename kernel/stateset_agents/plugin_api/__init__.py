@@ -1,10 +1,11 @@
 """The helper API for plugins: what a plugin may import from `stateset_agents` besides the core.
 
-A plugin (first-party or a third party's) imports the core (`stateset_agents` itself, `components`, `errors`,
-`jsonio`, `hookspec`, `registry`, `runtimes`, `contracts`) and the modules of this package, never the pipeline,
-`remote` or the faces: those are the application, free to change between releases. What a trainer, evaluator,
-reward or provider needs from the application lives here instead, once, and the application imports it from here
-too (`tests/kernel/test_plugin_imports.py` fails when a plugin imports anything else of the kernel):
+A plugin (first-party or a third party's) imports the core (`stateset_agents` itself and
+`stateset_agents.core`: components, errors, jsonio, hookspec, registry, runtimes, contracts) and the modules of
+this package, never the pipeline, `remote` or the faces: those are the application, free to change between
+releases. What a trainer, evaluator, reward or provider needs from the application lives here instead, once, and
+the application imports it from here too (`tests/kernel/test_plugin_imports.py` fails when a plugin imports
+anything else of the kernel):
 
 * `text`: the visible text of a message (one rule for improve, the rewards, training and evaluation);
 * `datasets`: reading curated training rows and evaluation prompts as every trainer does (split roles refused,

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import StatesetError
-from ..jsonio import load_json, sha256_file, write_json
+from ..core.errors import StatesetError
+from ..core.jsonio import load_json, sha256_file, write_json
 from .jobs import DEADLINE_ENV, safe_relpath
 
 MODEL_DIR = "model"  # the installed adapter/ and manifest.json
@@ -83,8 +83,8 @@ class ChatHost:
             return failed("no adapter is installed on this machine yet")
         with self._turn:
             if self._model is None:
-                from ..registry import get_registry
-                from ..runtimes import load_component
+                from ..core.registry import get_registry
+                from ..core.runtimes import load_component
 
                 self._model = load_component(get_registry().offering("evaluator", "chat").full_name,
                                              runtime="inprocess")

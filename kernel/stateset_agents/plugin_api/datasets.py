@@ -16,8 +16,8 @@ from typing import Any, Iterable, Mapping
 
 import orjson
 
-from ..errors import InputError
-from ..jsonio import read_jsonl, sha256_file
+from ..core.errors import InputError
+from ..core.jsonio import read_jsonl, sha256_file
 from .splits import LEGACY_HELD_OUT, refuse_evaluation_row
 
 

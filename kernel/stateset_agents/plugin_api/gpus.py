@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 
 def _words(text: str) -> list[str]:

@@ -24,8 +24,8 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping
 
-from ..errors import InputError, StatesetError
-from ..jsonio import sha256_bytes
+from ..core.errors import InputError, StatesetError
+from ..core.jsonio import sha256_bytes
 
 WORKER_MODULE = "stateset_agents.remote.worker"
 CHAT_WORKER_MODULE = "stateset_agents.remote.chat_worker"

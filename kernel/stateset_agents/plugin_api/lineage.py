@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..jsonio import digest
+from ..core.jsonio import digest
 
 #: The key under which a JSON record carries the digest of the rest of itself (manifest, promotion).
 SEAL_KEY = "self_sha256"

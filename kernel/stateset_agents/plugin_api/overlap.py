@@ -13,8 +13,8 @@ import unicodedata
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
-from ..errors import InputError
-from ..jsonio import canonical_json
+from ..core.errors import InputError
+from ..core.jsonio import canonical_json
 from .text import content_text
 
 #: Collisions listed in an error message before "... and N more".

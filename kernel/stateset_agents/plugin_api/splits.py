@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import orjson
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 TRAIN, VALIDATION, TEST = "train", "validation", "test"
 EVALUATION_ROLES = (VALIDATION, TEST)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping  # not typing's: its isinstance checks are slower
 from typing import Any
 
-from ..jsonio import dumps
+from ..core.jsonio import dumps
 
 
 def content_text(content: Any) -> str:

@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import StatesetError
-from ..jsonio import write_json
+from ..core.errors import StatesetError
+from ..core.jsonio import write_json
 from ..plugin_api.jobs import ArtifactMismatch, safe_relpath
 
 CHUNK = 4 << 20

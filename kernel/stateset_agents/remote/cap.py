@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from ..errors import InputError, StatesetError
+from ..core.errors import InputError, StatesetError
 
 #: states a provider's `status` reports; the last four are final
 STATES = ("pending", "running", "succeeded", "failed", "terminated", "missing")

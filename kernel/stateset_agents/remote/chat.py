@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
-from ..errors import InputError, StatesetError
-from ..jsonio import digest, load_json
+from ..core.errors import InputError, StatesetError
+from ..core.jsonio import digest, load_json
 from . import state
 from .cap import FINAL_STATES, Watchdog, check_cap_value, enforce_cap
 from .session import _record

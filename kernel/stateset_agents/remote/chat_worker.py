@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import StatesetError
+from ..core.errors import StatesetError
 from ..plugin_api.chat_host import ChatHost
 from ..plugin_api.jobs import DEADLINE_ENV, JOB_DIR_ENV, PORT_ENV, TOKEN_ENV
 from .worker import TokenHandler, start_server, terminate_self_at

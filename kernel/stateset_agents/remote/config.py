@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import InputError
+from ..core.errors import InputError
+from ..core.jsonio import load_mapping
 
 #: The schema's fields; `schema()` adds what the registry knows: the providers, the trainers that run remotely
 #: (capability "remote"), the defaults they declare, and the objective fields plugins register for the command.
@@ -42,7 +43,7 @@ FACE = "train-remote"
 def schema(registry=None) -> dict[str, Any]:
     """The config's JSON schema, built from the registry now (installing a provider or trainer changes it)."""
     if registry is None:
-        from ..registry import get_registry
+        from ..core.registry import get_registry
 
         registry = get_registry()
     properties = {k: dict(v) for k, v in _PROPERTIES.items()}
@@ -109,17 +110,8 @@ def resolve_path(value: str, base: Path | None) -> Path:
 
 def load(path: str | Path) -> dict[str, Any]:
     """Read a YAML/JSON config file (not yet validated)."""
-    import yaml
-
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("config file not found", path=str(path)) from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"cannot parse the config: {exc}", path=str(path)) from None
-    if not isinstance(data, dict):
-        raise InputError("the config must be a mapping", path=str(path))
+    data = load_mapping(path)
     # relative file paths in a config file are relative to that file
     for key in ("dataset", "eval_prompts", "init_adapter"):
         if isinstance(data.get(key), str):

@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import InputError
-from ..jsonio import digest, load_json, sha256_file, write_json
+from ..core.errors import InputError
+from ..core.jsonio import digest, load_json, sha256_file, write_json
 from ..plugin_api.jobs import PLAN_FILE, private_dir
 
 PLAN_VERSION = 1

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ..errors import InputError, StatesetError
+from ..core.errors import InputError, StatesetError
 from ..plugin_api.jobs import bundle
 from . import config as cfg
 from . import state
@@ -18,7 +18,7 @@ from .plan import load_verified, snapshot_inputs, write_plan
 
 
 def open_provider(name: str, provider_config: Mapping[str, Any] | None = None):
-    from ..runtimes import load_component
+    from ..core.runtimes import load_component
 
     return load_component(f"provider:{name}", config=dict(provider_config or {}))
 

@@ -15,8 +15,8 @@ from typing import Any, Iterator
 
 import orjson
 
-from ..errors import StatesetError
-from ..jsonio import dumps_line, load_json, write_json
+from ..core.errors import StatesetError
+from ..core.jsonio import dumps_line, load_json, write_json
 from ..plugin_api.jobs import private_dir, state_dir
 
 #: run phases after which nothing should be running any more ("closed": a chat session that ended)

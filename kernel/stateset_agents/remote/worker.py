@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ..jsonio import dumps_line, load_json, sha256_file, write_json
+from ..core.jsonio import dumps_line, load_json, sha256_file, write_json
 from ..plugin_api.jobs import (BUNDLE_ENV, BUNDLE_SHA_ENV, CONFIG_FILE, DEADLINE_ENV, JOB_DIR_ENV, PLAN_FILE, PORT_ENV,
                                PROVIDER_ENV, RUN_ID_ENV, STOP_FILE, TOKEN_ENV, unpack_bundle)
 
@@ -70,7 +70,7 @@ def run_job(job: Path) -> int:
     run_id = plan["run_id"]
     deadline = float(os.environ.get(DEADLINE_ENV) or plan["created_at"] + plan["max_hours"] * 3600)
     _status(job, state="running", pid=os.getpid(), started_at=time.time(), deadline_at=deadline)
-    from ..runtimes import load_component
+    from ..core.runtimes import load_component
 
     final: dict[str, Any] | None = None
     with load_component(f"trainer:{config['algorithm']}", runtime="inprocess") as trainer:
@@ -168,7 +168,7 @@ def terminate_self_at(deadline: float) -> None:
         time.sleep(min(30.0, max(0.0, deadline - time.time())))
     provider = os.environ.get(PROVIDER_ENV)
     if provider:
-        from ..runtimes import load_component
+        from ..core.runtimes import load_component
 
         with load_component(f"provider:{provider}") as p:
             p.terminate(os.environ[RUN_ID_ENV])

@@ -29,7 +29,7 @@ def _trainer_name(fullname: str) -> str | None:
 
 
 def _spec(name: str):
-    from ..registry import get_registry
+    from ..core.registry import get_registry
 
     return get_registry().components.get(f"trainer:{name}")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping
 
 from stateset_agents import Evaluator
-from stateset_agents.errors import InputError, StatesetError
+from stateset_agents.core.errors import InputError, StatesetError
 from stateset_plugins.models.chat import completed_event, decoding_of
 
 from . import VERSION

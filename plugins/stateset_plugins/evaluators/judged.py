@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from stateset_agents import Evaluator
-from stateset_agents.errors import InputError, StatesetError
-from stateset_agents.jsonio import digest, load_json, sha256_bytes, sha256_file, write_json
+from stateset_agents.core.errors import InputError, StatesetError
+from stateset_agents.core.jsonio import digest, load_json, sha256_bytes, sha256_file, write_json
 from stateset_agents.plugin_api.stats import sign_flip_p_value
 
 from . import VERSION

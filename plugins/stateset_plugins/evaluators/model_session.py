@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from stateset_agents.errors import InputError
-from stateset_agents.jsonio import load_json, sha256_file
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.jsonio import load_json, sha256_file
 from stateset_agents.plugin_api.lineage import base_model_reference
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -128,7 +128,7 @@ def load_session(base_model: str | None, adapter: str | None, decoding: Mapping[
 @contextlib.contextmanager
 def reward_component(name: str, config: Mapping[str, Any] | None = None, runtime: str = "inprocess"
                      ) -> Iterator[Any]:
-    from stateset_agents.runtimes import load_component
+    from stateset_agents.core.runtimes import load_component
 
     full = name if ":" in name else f"reward:{name}"
     with load_component(full, config=dict(config or {}), runtime=runtime) as reward:

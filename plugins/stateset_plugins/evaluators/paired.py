@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from stateset_agents import Evaluator
-from stateset_agents.errors import InputError, StatesetError
-from stateset_agents.jsonio import load_json, sha256_file, write_json
+from stateset_agents.core.errors import InputError, StatesetError
+from stateset_agents.core.jsonio import load_json, sha256_file, write_json
 from stateset_agents.plugin_api.datasets import load_dataset, load_eval_prompts
 from stateset_agents.plugin_api.evidence import add_statistics
 from stateset_agents.plugin_api.overlap import isolate_cases

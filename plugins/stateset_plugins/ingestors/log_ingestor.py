@@ -9,8 +9,8 @@ from typing import Any, Iterator
 import orjson
 
 from stateset_agents import Ingestor, Reject, Source
-from stateset_agents.errors import StatesetError
-from stateset_agents.jsonio import iter_lines
+from stateset_agents.core.errors import StatesetError
+from stateset_agents.core.jsonio import iter_lines
 
 from .messages import LineError, Transcript
 from .stitching import DEFAULT_WINDOW, Call, Stitcher

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from stateset_agents import Reject
-from stateset_agents.jsonio import canonical_json
+from stateset_agents.core.jsonio import canonical_json
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")

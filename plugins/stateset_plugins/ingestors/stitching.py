@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from stateset_agents import Reject, Source
-from stateset_agents.jsonio import canonical_json
+from stateset_agents.core.jsonio import canonical_json
 
 from .messages import prefix_digests
 

@@ -232,7 +232,7 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        from stateset_agents.errors import InputError
+        from stateset_agents.core.errors import InputError
 
         raise InputError(f"device {name!r} asked for, but torch sees no CUDA device", field="device")
     return device

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_agents.plugin_api.text import content_text
 
 from .chat_format import parse_assistant

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from stateset_agents.components import GradeItem
-from stateset_agents.errors import InputError, StatesetError
+from stateset_agents.core.components import GradeItem
+from stateset_agents.core.errors import InputError, StatesetError
 from stateset_agents.plugin_api.evidence import add_statistics
 from stateset_agents.plugin_api.stats import paired_totals
 from stateset_agents.plugin_api.text import content_text

@@ -16,7 +16,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any, Mapping
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 
 GROUP = "stateset_plugins.backends"
 

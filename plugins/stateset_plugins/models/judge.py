@@ -15,9 +15,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from stateset_agents.components import GradeItem
-from stateset_agents.errors import InputError, StatesetError
-from stateset_agents.jsonio import digest, dumps_line, sha256_bytes
+from stateset_agents.core.components import GradeItem
+from stateset_agents.core.errors import InputError, StatesetError
+from stateset_agents.core.jsonio import digest, dumps_line, sha256_bytes
 
 from stateset_agents.plugin_api.text import content_text
 

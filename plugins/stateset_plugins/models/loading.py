@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from stateset_agents.errors import InputError
-from stateset_agents.jsonio import sha256_file, write_json
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.jsonio import sha256_file, write_json
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: `--base-model tiny-random`: a tiny randomly initialised model built offline (smoke tests, quickstart --fast).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 
 from .chat_format import to_text_messages
 

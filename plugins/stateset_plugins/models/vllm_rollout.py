@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from stateset_agents.errors import ComponentUnavailable
+from stateset_agents.core.errors import ComponentUnavailable
 
 from .batch import Generation, IntegrityError
 

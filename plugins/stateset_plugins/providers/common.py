@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 
 NAME_PREFIX = "stateset-"  # every remote resource is named stateset-<run id>
 

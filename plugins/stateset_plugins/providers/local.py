@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from stateset_agents import Provider
-from stateset_agents.errors import InputError, StatesetError
-from stateset_agents.jsonio import load_json, write_json
+from stateset_agents.core.errors import InputError, StatesetError
+from stateset_agents.core.jsonio import load_json, write_json
 from stateset_agents.plugin_api.gpus import resolve_gpu
 from stateset_agents.plugin_api.jobs import DEADLINE_ENV, RUN_ID_ENV, private_dir, state_dir, unpack_bundle, worker_argv
 
@@ -70,7 +70,7 @@ class LocalProvider(Provider):
         gpu = resolve_gpu(plan.get("gpu") or "cpu", offered, {"gpu": "local-gpu"}, provider="local")
         from importlib.metadata import version
 
-        from stateset_agents.jsonio import digest
+        from stateset_agents.core.jsonio import digest
 
         ident = {"stateset-agents": version("stateset-agents"), "python": sys.version.split()[0]}
         return common.quote("local", gpu, PRICES[gpu], source=f"local price table as of {PRICES_AS_OF}",
@@ -191,7 +191,7 @@ class LocalProvider(Provider):
 
     def _open_chat(self, session_id: str, request: Mapping[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
         """Start what answers the session's turns; {"close": callable, ...} (local: evaluator:chat)."""
-        from stateset_agents.runtimes import load_component
+        from stateset_agents.core.runtimes import load_component
 
         model = load_component("evaluator:chat", runtime="subprocess")
         meta["adapter"] = str(Path(request["adapter"]["dir"]) / "adapter")

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from stateset_agents import Provider
-from stateset_agents.errors import InputError, StatesetError
+from stateset_agents.core.errors import InputError, StatesetError
 from stateset_agents.plugin_api import jobs
 from stateset_agents.plugin_api.chat_host import MODEL_DIR
 from stateset_agents.plugin_api.gpus import resolve_gpu

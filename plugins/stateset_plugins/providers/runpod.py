@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from stateset_agents import Provider
-from stateset_agents.errors import InputError, StatesetError
+from stateset_agents.core.errors import InputError, StatesetError
 from stateset_agents.plugin_api import jobs
 from stateset_agents.plugin_api.gpus import resolve_gpu
 

@@ -16,7 +16,7 @@ from functools import lru_cache, partial
 from typing import Any, Callable, Sequence
 
 from stateset_agents import Reward, TurnGrade
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 from stateset_agents.plugin_api.text import message_text
 
 from ._text import (affirmed, has_phrase, is_error_data, is_error_result, parse_arguments, parse_json_maybe, phrases,

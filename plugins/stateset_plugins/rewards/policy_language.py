@@ -15,7 +15,7 @@ from collections.abc import Mapping  # not typing's: its isinstance checks are s
 from datetime import datetime
 from typing import Any, Callable
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 
 
 class _Unknown:

@@ -17,8 +17,8 @@ import time
 import uuid
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
-from stateset_agents.errors import InputError, StatesetError
-from stateset_agents.jsonio import load_json, sha256_file, write_json
+from stateset_agents.core.errors import InputError, StatesetError
+from stateset_agents.core.jsonio import load_json, sha256_file, write_json
 from stateset_agents.plugin_api.datasets import Dataset, load_dataset, load_eval_prompts
 from stateset_plugins.models.backend import LocalTorchBackend
 from stateset_plugins.models.evaluation import EvalProtocol, evaluate

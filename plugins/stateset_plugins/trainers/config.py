@@ -10,8 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from stateset_agents.errors import InputError
-from stateset_agents.jsonio import digest
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.jsonio import digest
 
 ROLLOUT_ENGINES = ("transformers", "vllm")
 

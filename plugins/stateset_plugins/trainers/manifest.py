@@ -7,7 +7,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from stateset_agents.jsonio import sha256_file, write_json
+from stateset_agents.core.jsonio import sha256_file, write_json
 from stateset_agents.plugin_api.lineage import seal
 
 #: 2: `selection` (validation of each checkpoint, the protocol) and `parent` (--init-adapter).

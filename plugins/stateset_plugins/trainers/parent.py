@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from stateset_agents.errors import InputError
-from stateset_agents.jsonio import load_json, sha256_file
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.jsonio import load_json, sha256_file
 
 WEIGHTS = "adapter_model.safetensors"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from stateset_agents.components import GradeItem
+from stateset_agents.core.components import GradeItem
 
 from stateset_plugins.models.batch import IntegrityError, Sample
 from stateset_plugins.models.chat_format import parse_assistant, same_call

@@ -16,7 +16,7 @@ import contextlib
 import threading
 from typing import Any, Iterator, Mapping
 
-from stateset_agents.errors import InputError, StatesetError
+from stateset_agents.core.errors import InputError, StatesetError
 from stateset_agents.plugin_api.datasets import load_dataset, load_eval_prompts
 from stateset_plugins.models.loading import load_base_model, load_hosted_tokenizer
 
@@ -50,7 +50,7 @@ def _reward(request: Mapping[str, Any], reward, objective):
     name = request.get("reward")
     if not name:
         raise InputError("a reward is required (--reward NAME)", field="reward")
-    from stateset_agents.runtimes import load_component
+    from stateset_agents.core.runtimes import load_component
 
     full = name if ":" in name else f"reward:{name}"
     component = load_component(full, config=dict(request.get("reward_config") or {}),

@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 import torch
 
-from stateset_agents.errors import InputError
-from stateset_agents.jsonio import atomic_write, dumps_line, load_json, write_json
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.jsonio import atomic_write, dumps_line, load_json, write_json
 from stateset_plugins.models.seeding import rng_state, set_rng_state
 
 RUN_MARKERS = ("manifest.json", "checkpoints", "metrics.jsonl", "adapter")

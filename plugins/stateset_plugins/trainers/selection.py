@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from stateset_agents.jsonio import dumps_line, load_json, sha256_file, write_json
+from stateset_agents.core.jsonio import dumps_line, load_json, sha256_file, write_json
 from stateset_plugins.models.evaluation import EvalProtocol, evaluate, side_answers
 from stateset_plugins.models.seeding import rng_state, set_rng_state
 
@@ -86,7 +86,7 @@ def read_records(run_path: str | Path) -> list[dict[str, Any]]:
 def truncate_records(run_path: str | Path, step: int) -> None:
     """On resume, keep the records of checkpoints up to the one resumed from."""
     kept = [r for r in read_records(run_path) if r["step"] <= step]
-    from stateset_agents.jsonio import atomic_write
+    from stateset_agents.core.jsonio import atomic_write
 
     with atomic_write(Path(run_path) / VALIDATION_LOG) as f:
         f.write(b"".join(dumps_line(r) for r in kept))

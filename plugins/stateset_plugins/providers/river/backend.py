@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 import torch
 
-from stateset_agents.errors import InputError
-from stateset_agents.jsonio import write_json
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.jsonio import write_json
 
 from stateset_plugins.models.batch import Batch, Generation
 

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from stateset_agents.errors import InputError
-from stateset_agents.jsonio import load_json, write_json
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.jsonio import load_json, write_json
 from stateset_agents.plugin_api.jobs import STOP_FILE, state_dir
 from stateset_plugins.models.chat import CHAT_DEFAULTS, completed_event, decoding_of
 

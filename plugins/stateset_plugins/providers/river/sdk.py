@@ -131,7 +131,7 @@ def download_checkpoint(api_key: str, path: str, directory: Path) -> None:
     """Fetch an inference (PEFT) checkpoint's files into `directory`."""
     template = os.environ.get(DOWNLOAD_URL_ENV)
     if not template:
-        from stateset_agents.errors import InputError
+        from stateset_agents.core.errors import InputError
 
         raise InputError(f"{DOWNLOAD_URL_ENV} is not set: river-client has no download call; set it to the "
                          "checkpoint URL template from River Console's download script", field=DOWNLOAD_URL_ENV)

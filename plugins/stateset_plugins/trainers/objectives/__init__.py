@@ -6,41 +6,12 @@ A first-party objective is its module plus one line in `FIRST_PARTY`; the traine
 A third party adds an objective the same way from its own package: a module with the `Objective` subclass, and a
 light module named by an entry point in the `stateset_agents` group that registers it with `register_objective`.
 After `pip install`, `stateset-agents train --algorithm NAME` runs it on the shared engine, `plugins list` lists it,
-and `stateset_agents.training.NAME_trainer` exports ``<Stem>Trainer``, ``<Stem>Config`` and ``train_with_NAME``:
-
-    # my_rloo/objective.py
-    from dataclasses import dataclass
-
-    from stateset_plugins.trainers.objectives import Objective, PolicyConfig, safe
-
-    @dataclass
-    class RLOOConfig(PolicyConfig):
-        algorithm = "rloo"
-        beta: float = 0.0
-
-    class RLOO(Objective):
-        name, version, stem, Config = "rloo", "0.1.0", "RLOO", RLOOConfig
-
-        def advantages(self, rewards, group_size, config):
-            # REINFORCE leave-one-out: each sample's baseline is the mean of the other G - 1 rewards
-            grouped = rewards.view(-1, group_size)
-            baseline = (grouped.sum(dim=1, keepdim=True) - grouped) / (group_size - 1)
-            return (grouped - baseline).reshape(-1)
-
-        def loss(self, new_logp, batch, config):
-            mask = batch.completion_mask
-            return -(batch.advantages * (safe(new_logp, mask) * mask).sum(-1)).mean(), {}
-
-    # my_rloo/__init__.py  (the entry point: stateset_agents = {rloo = "my_rloo"}; imports no torch)
-    from stateset_agents import hookimpl
-    from stateset_plugins.trainers.objectives import register_objective
-
-    @hookimpl
-    def register_trainers(register):
-        register_objective(register, "my_rloo.objective:RLOO", name="rloo", version="0.1.0")
+and `stateset_agents.training.NAME_trainer` exports ``<Stem>Trainer``, ``<Stem>Config`` and ``train_with_NAME``.
+`examples/stateset-trainer-rloo` is such a package: REINFORCE leave-one-out in about 40 lines (an `advantages` and
+a `loss` method), registered by `register_objective(register, "stateset_trainer_rloo.objective:RLOO", ...)`.
 
 The registered name and version must be the class's (the registry checks on load). docs/plugins.md has the table of
-hooks; `examples/stateset-trainer-rloo` is this objective as a package.
+hooks.
 
 Importing this package is light: `Objective` and the config classes import no torch; `policy_loss` and the other
 shared pieces of `common` load on first use.
@@ -50,7 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from stateset_agents.errors import InputError, StatesetError
+from stateset_agents.core.errors import InputError, StatesetError
 
 from .._version import CAPABILITIES
 
@@ -122,8 +93,8 @@ def load_objective(target: str) -> type[Objective]:
 
 def objective_class(name: str) -> type[Objective]:
     """The `Objective` subclass registered as ``trainer:NAME`` (first-party or a plugin's)."""
-    from stateset_agents.errors import UnknownComponent
-    from stateset_agents.registry import get_registry
+    from stateset_agents.core.errors import UnknownComponent
+    from stateset_agents.core.registry import get_registry
 
     registry = get_registry()
     try:
@@ -146,7 +117,7 @@ def get_objective(name: str) -> Objective:
 
 def objective_names(registry=None) -> list[str]:
     """The registered objectives' names (first-party and plugins'), without importing them."""
-    from stateset_agents.registry import get_registry
+    from stateset_agents.core.registry import get_registry
 
     return [s.name for s in (registry or get_registry()).all("trainer")
             if isinstance(s.target, str) and s.target.partition(":")[0] == COMPONENT]

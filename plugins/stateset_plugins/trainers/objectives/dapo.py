@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 
 from ..config import RLConfig
 from .base import Objective

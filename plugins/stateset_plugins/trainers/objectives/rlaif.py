@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 
 from ..config import RLConfig
 from .grpo import GRPO

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from stateset_agents.errors import InputError
+from stateset_agents.core.errors import InputError
 
 from ..config import ValueConfig
 from .base import Objective
