@@ -175,3 +175,19 @@ def test_train_remote_carries_the_parent_and_the_protocol(tiny_model_dir, tmp_pa
     capsys.readouterr()
     assert main(argv[:8] + [str(test_file)] + argv[9:] + ["--new-run"]) == 2
     assert "this is a test file" in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_a_parent_fits_the_same_base_model_wherever_its_file_lies():
+    """The same GGUF (same sha256) installed at another path is the same base model; another file is not."""
+    from stateset_agents.core.errors import InputError
+    from stateset_plugins.trainers.parent import InitAdapter
+
+    gguf = {"source": "gguf", "name": "m.gguf", "path": "/venv-a/m.gguf", "gguf_sha256": "ab" * 32}
+    parent = InitAdapter(Path("/runs/sft/adapter"), "cd" * 32, None)
+    parent.manifest = {"base_model": gguf}
+    parent.check_base_model({**gguf, "path": "/venv-b/m.gguf"})
+    with pytest.raises(InputError, match="fits only its own base model"):
+        parent.check_base_model({**gguf, "gguf_sha256": "ef" * 32})
+    parent.manifest = {"base_model": {"source": "local", "path": "/models/a"}}
+    with pytest.raises(InputError, match="fits only its own base model"):
+        parent.check_base_model({"source": "local", "path": "/models/b"})

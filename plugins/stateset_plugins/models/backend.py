@@ -143,12 +143,15 @@ def _on_detached_prompt(model, batch: Batch, hidden: bool):
         cache = prefix_cache(model, head_ids[0, :shared], n)
     else:
         cache = None
-    if cut > shared:
+    # the prompt's columns in this layout: fewer than `cut` when even the longest of these rows' prompts is shorter
+    # than the batch's (rows of a batch taken apart: `update_rows`)
+    head = head_ids.shape[1]
+    if head > shared:
         with torch.no_grad():
-            out = model(input_ids=head_ids[:, shared:], attention_mask=full_attn[:, :cut],
-                        position_ids=positions[:, shared:cut], cache=cache, use_cache=True, logits_to_keep=1)
+            out = model(input_ids=head_ids[:, shared:], attention_mask=full_attn[:, :head],
+                        position_ids=positions[:, shared:head], cache=cache, use_cache=True, logits_to_keep=1)
         cache = out.cache
-    return model(input_ids=ids[:, cut:], attention_mask=full_attn, position_ids=positions[:, cut:], cache=cache,
+    return model(input_ids=ids[:, cut:], attention_mask=full_attn, position_ids=positions[:, head:], cache=cache,
                  use_cache=True, output_hidden_states=hidden)
 
 
@@ -497,6 +500,9 @@ class LocalTorchBackend:
 
     def forward_backward(self, batch, loss_fn, *, temperature, values=False):
         batch = self._to_device(batch)
+        chunk = int(getattr(self.config, "update_rows", 0) or 0)
+        if not values and 0 < chunk < len(batch.sample_ids):
+            return self._forward_backward_in_chunks(batch, loss_fn, temperature, chunk)
         hidden = None
         if values:
             new_logp, hidden = completion_logprobs(self.model, batch, temperature, hidden=True,
@@ -513,6 +519,31 @@ class LocalTorchBackend:
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is not finite ({float(loss)})")
         loss.backward()
+        return {"loss": float(loss.detach()), **stats, **mismatch}
+
+    def _forward_backward_in_chunks(self, batch, loss_fn, temperature, chunk):
+        """`forward_backward` with the activations of `chunk` rows alive at a time (``update_rows``): the loss and
+        dL/d(log-probs) from log-probs computed without gradient, then each chunk's log-probs recomputed with
+        gradient and backpropagated with its slice of dL/d(log-probs). The loss is any function of the log-probs
+        and the batch, so the chain rule through them gives the whole batch's gradient."""
+        rows = len(batch.sample_ids)
+        spans = [(start, min(start + chunk, rows)) for start in range(0, rows, chunk)]
+
+        def logprobs(a: int, b: int) -> torch.Tensor:
+            return completion_logprobs(self.model, batch.rows(a, b), temperature, prompt_gradient=self._prompt_gradient)
+
+        with torch.no_grad():
+            logp = torch.cat([logprobs(a, b) for a, b in spans])
+        logp.requires_grad_(True)
+        corrected, mismatch = batch, {}
+        if self.rollout is not None and hasattr(self.config, "tis_cap"):
+            corrected, mismatch = self._importance_correction(logp, batch)
+        loss, stats = loss_fn(logp, corrected)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"loss is not finite ({float(loss)})")
+        (grad,) = torch.autograd.grad(loss, logp)
+        for a, b in spans:
+            logprobs(a, b).backward(grad[a:b])
         return {"loss": float(loss.detach()), **stats, **mismatch}
 
     def _importance_correction(self, new_logp, batch):

@@ -10,6 +10,7 @@ computed here match the ones recorded at sampling time.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -81,6 +82,18 @@ class Batch:
 
     def sampled_tokens(self) -> int:
         return int(self.completion_mask.sum().item())
+
+    def rows(self, start: int, stop: int) -> "Batch":
+        """Rows start..stop-1, in the same padded layout (same prompt and completion widths)."""
+        cut = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == len(self.sample_ids):
+                value = value[start:stop]
+            elif isinstance(value, list):
+                value = value[start:stop]
+            cut[f.name] = value
+        return Batch(**cut)
 
 
 def collate(samples: Sequence[Sample], pad_id: int, group_size: int) -> Batch:

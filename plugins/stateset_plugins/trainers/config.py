@@ -32,6 +32,11 @@ class TrainConfig:
       computes the prompt without gradient, once per distinct prompt, and backpropagates through the completion
       only: the same log-probs and loss, a partial gradient, and on a CPU an update several times cheaper in time
       and memory when prompts are long and completions short (the quickstart's recipe uses it).
+    * ``update_rows`` (0: all at once): rows an update runs forward with gradient at a time. With N > 0 the
+      update first computes every row's log-probs without gradient and the loss's gradient with respect to them,
+      then backpropagates N rows at a time: the same gradient (the chain rule through the log-probs; float
+      rounding aside) for any loss of the log-probs, with the activations of N rows alive instead of all, for one
+      more forward pass without gradient. Objectives with a value head run all rows at once.
     * ``save_every`` (10): a checkpoint every that many committed updates, and always after the last one;
       ``keep_checkpoints`` (2) most recent ones kept. ``seed`` (0).
     * ``device`` ("auto"): where the local backend runs: "auto" (CUDA when available, else CPU), "cpu", "cuda",
@@ -57,6 +62,7 @@ class TrainConfig:
     lora_dropout: float = 0.0
     lora_target_modules: Any = "all-linear"
     prompt_gradient: bool = True
+    update_rows: int = 0
     save_every: int = 10
     keep_checkpoints: int = 2
     seed: int = 0
@@ -72,6 +78,9 @@ class TrainConfig:
                 raise InputError(f"{name} must be positive, got {getattr(self, name)!r}", field=name)
         if self.temperature < 0:
             raise InputError("temperature must be >= 0", field="temperature")
+        if not isinstance(self.update_rows, int) or self.update_rows < 0:
+            raise InputError(f"update_rows must be 0 (all rows at once) or a positive row count, got "
+                             f"{self.update_rows!r}", field="update_rows")
         device = str(self.device)
         if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
             raise InputError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}", field="device")

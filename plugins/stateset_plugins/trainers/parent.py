@@ -25,6 +25,13 @@ def _manifest_beside(adapter: Path) -> Path | None:
     return None
 
 
+
+def base_model_identity(info: Mapping[str, Any]) -> dict[str, Any]:
+    """What makes two base-model records the same model: their content digests where the record has them (the
+    same GGUF file installed at another path is the same model), else the whole record."""
+    digests = {k: v for k, v in info.items() if k.endswith("sha256")}
+    return digests or dict(info)
+
 class InitAdapter:
     def __init__(self, path: Path, adapter_sha256: str, manifest_path: Path | None):
         self.path, self.adapter_sha256, self.manifest_path = path, adapter_sha256, manifest_path
@@ -53,7 +60,7 @@ class InitAdapter:
 
     def check_base_model(self, base_model_info: Mapping[str, Any]) -> None:
         parent_base = (self.manifest or {}).get("base_model")
-        if parent_base and dict(parent_base) != dict(base_model_info):
+        if parent_base and base_model_identity(parent_base) != base_model_identity(base_model_info):
             raise InputError(f"the parent adapter was trained on base model {parent_base}, this run loads "
                              f"{dict(base_model_info)}: an adapter fits only its own base model",
                              path=str(self.path), field="init_adapter")
