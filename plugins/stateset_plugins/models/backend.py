@@ -509,17 +509,20 @@ class LocalTorchBackend:
                                                    prompt_gradient=self._prompt_gradient)
         else:
             new_logp = completion_logprobs(self.model, batch, temperature, prompt_gradient=self._prompt_gradient)
+        loss, stats = self._loss(new_logp, batch, loss_fn, self._values(hidden) if values else None)
+        loss.backward()
+        return {"loss": float(loss.detach()), **stats}
+
+    def _loss(self, new_logp, batch, loss_fn, values=None):
+        """The objective's loss on these log-probs (importance-corrected when a vLLM rollout sampled them), checked
+        finite; its stats carry the correction's."""
         mismatch: dict[str, float] = {}
         if self.rollout is not None and hasattr(self.config, "tis_cap"):
             batch, mismatch = self._importance_correction(new_logp, batch)
-        if values:
-            loss, stats = loss_fn(new_logp, batch, self._values(hidden))
-        else:
-            loss, stats = loss_fn(new_logp, batch)
+        loss, stats = loss_fn(new_logp, batch) if values is None else loss_fn(new_logp, batch, values)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is not finite ({float(loss)})")
-        loss.backward()
-        return {"loss": float(loss.detach()), **stats, **mismatch}
+        return loss, {**stats, **mismatch}
 
     def _forward_backward_in_chunks(self, batch, loss_fn, temperature, chunk):
         """`forward_backward` with the activations of `chunk` rows alive at a time (``update_rows``): the loss and
@@ -535,16 +538,11 @@ class LocalTorchBackend:
         with torch.no_grad():
             logp = torch.cat([logprobs(a, b) for a, b in spans])
         logp.requires_grad_(True)
-        corrected, mismatch = batch, {}
-        if self.rollout is not None and hasattr(self.config, "tis_cap"):
-            corrected, mismatch = self._importance_correction(logp, batch)
-        loss, stats = loss_fn(logp, corrected)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"loss is not finite ({float(loss)})")
+        loss, stats = self._loss(logp, batch, loss_fn)
         (grad,) = torch.autograd.grad(loss, logp)
         for a, b in spans:
             logprobs(a, b).backward(grad[a:b])
-        return {"loss": float(loss.detach()), **stats, **mismatch}
+        return {"loss": float(loss.detach()), **stats}
 
     def _importance_correction(self, new_logp, batch):
         from .vllm_rollout import apply_tis

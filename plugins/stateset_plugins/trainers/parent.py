@@ -25,12 +25,12 @@ def _manifest_beside(adapter: Path) -> Path | None:
     return None
 
 
-
 def base_model_identity(info: Mapping[str, Any]) -> dict[str, Any]:
     """What makes two base-model records the same model: their content digests where the record has them (the
     same GGUF file installed at another path is the same model), else the whole record."""
     digests = {k: v for k, v in info.items() if k.endswith("sha256")}
     return digests or dict(info)
+
 
 class InitAdapter:
     def __init__(self, path: Path, adapter_sha256: str, manifest_path: Path | None):
