@@ -304,7 +304,7 @@ class Provider(Component):
     * `launch(plan)`: look the run id up first and attach to a job it names; only then create one, with the run id
       in its name and environment and a deadline enforced on the remote side. ``{"job_id", "created_at",
       "deadline_at", "attached"}``.
-    * `status(run_id)`: ``{"state": pending|running|succeeded|failed|terminated|missing, "uptime_s",
+    * `status(run_id)`: ``{"state": pending|running|succeeded|stopped|failed|terminated|missing, "uptime_s",
       "cost_per_hour", "spend_usd"?, "message"?}``. `terminate(run_id)` destroys (not merely stops) the job.
     * `list_jobs()`: every live job labelled as ours, each with its ``run_id``.
     * `artifacts({"run_id"})`: the job's receipt (files with sha256 and size); `read_artifact({"run_id", "path",
@@ -317,6 +317,15 @@ class Provider(Component):
     * `chat_turn({"session_id", "messages", "tools", "temperature", "max_new_tokens", "seed"})`: one reply,
       the chat evaluator's final event (``{"type": "completed", "message", "text", "truncated", "tokens"}`` or
       ``{"type": "failed", "message"}``), with ``"usage"`` where the provider bills tokens.
+    * `stop(run_id)`: a COOPERATIVE stop: the job's worker saves a full checkpoint at the next safe boundary and
+      ends in state ``stopped`` (its receipt written as for ``succeeded``); nothing is killed. ``{"run_id",
+      "requested": bool, "message"?}``. The mechanism is the provider's: `plugin_api.jobs.STOP_FILE` in the job
+      directory, or ``POST /stop`` on a pod's HTTP front. Without it (NotImplementedError) the kernel points to
+      `finetune cancel`, which terminates.
+    * `logs({"run_id", "offset", "length"?})`: bytes of the job's ``events.jsonl`` from ``offset``:
+      ``{"data_b64", "offset" (the next one), "eof": bool}``.
+    * `status` may add ``"checkpoints"`` (the worker's `plugin_api.checkpoints.checkpoint_table` of the job's run),
+      ``"quarantined"`` (the record or None) and ``"stop_requested"``; ``stopped`` is a final state.
     """
 
     kind = "provider"
@@ -346,6 +355,12 @@ class Provider(Component):
         raise NotImplementedError
 
     def chat_turn(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def stop(self, run_id: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def logs(self, request: Mapping[str, Any]) -> dict[str, Any]:
         raise NotImplementedError
 
 

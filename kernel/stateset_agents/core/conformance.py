@@ -327,12 +327,44 @@ def _provider_list_jobs(provider, ctx: Context) -> None:
                f"each job needs a run_id and a state in {JOB_STATES}, got {job!r}")
 
 
+_NOT_OFFERED = object()
+
+
+def _provider_run_control(provider, ctx: Context) -> list[str]:
+    """stop and logs of a run it never saw. Both are optional: a provider without them raises NotImplementedError
+    (in process) or is a server that does not advertise them (out of process), and the kernel says so."""
+    def offered(call):
+        try:
+            return call()
+        except NotImplementedError:
+            return _NOT_OFFERED
+
+    seen = []
+    kind, done = _answer_or_refusal(lambda: offered(lambda: provider.stop(UNKNOWN_RUN)), "stop")
+    kind = "not offered" if done is _NOT_OFFERED else kind
+    if kind == "answer":
+        expect(isinstance(done, dict) and done.get("requested") is False,
+               f"stopping a run it never saw must request nothing (requested: false), got {done!r}")
+    seen.append(kind)
+    kind, part = _answer_or_refusal(lambda: offered(lambda: provider.logs({"run_id": UNKNOWN_RUN, "offset": 0})),
+                                    "logs")
+    kind = "not offered" if part is _NOT_OFFERED else kind
+    if kind == "answer":
+        expect(isinstance(part, dict) and {"data_b64", "offset", "eof"} <= set(part) and not part["data_b64"],
+               f"the logs of a run it never saw are empty ({{data_b64: '', offset, eof}}), got {part!r}")
+    seen.append(kind)
+    return seen
+
+
 PROVIDER = [
     Check("provider.quote", _provider_quote, doc="a quote in the documented shape, or a clean refusal"),
     Check("provider.unknown_gpu", _provider_unknown_gpu, doc="a GPU it does not offer is refused"),
     Check("provider.unknown_run", _provider_unknown_run,
           doc="status, artifacts and terminate of a run it never saw: missing, none, nothing terminated"),
     Check("provider.list_jobs", _provider_list_jobs, compare=False, doc="every job has a run id and a state"),
+    # compare=False: a server of an earlier revision has no Stop/Logs, while the same provider in process has them
+    Check("provider.run_control", _provider_run_control, compare=False,
+          doc="stop and logs of a run it never saw: nothing requested, no bytes (or not offered)"),
 ]
 
 CHECKS: dict[str, list[Check]] = {"reward": REWARD, "ingestor": INGESTOR, "trainer": STREAMING,

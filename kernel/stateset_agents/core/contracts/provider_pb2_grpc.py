@@ -79,6 +79,16 @@ class ProviderStub:
                 request_serializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
                 response_deserializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
                 _registered_method=True)
+        self.Stop = channel.unary_unary(
+                '/stateset.agents.v1.Provider/Stop',
+                request_serializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+                response_deserializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+                _registered_method=True)
+        self.Logs = channel.unary_unary(
+                '/stateset.agents.v1.Provider/Logs',
+                request_serializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+                response_deserializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+                _registered_method=True)
 
 
 class ProviderServicer:
@@ -141,6 +151,21 @@ class ProviderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Stop(self, request, context):
+        """Added in v1 (additive, advertised as Metadata.features "provider.stop" and "provider.logs"): a cooperative stop
+        (the job's worker saves a full checkpoint at the next safe boundary and ends "stopped"; nothing is killed), and
+        ranged reads of the job's events.jsonl. A client asks a server only for what it advertises.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Logs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProviderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -186,6 +211,16 @@ def add_ProviderServicer_to_server(servicer, server):
             ),
             'ChatTurn': grpc.unary_unary_rpc_method_handler(
                     servicer.ChatTurn,
+                    request_deserializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderRequest.FromString,
+                    response_serializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderReply.SerializeToString,
+            ),
+            'Stop': grpc.unary_unary_rpc_method_handler(
+                    servicer.Stop,
+                    request_deserializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderRequest.FromString,
+                    response_serializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderReply.SerializeToString,
+            ),
+            'Logs': grpc.unary_unary_rpc_method_handler(
+                    servicer.Logs,
                     request_deserializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderRequest.FromString,
                     response_serializer=stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderReply.SerializeToString,
             ),
@@ -431,6 +466,60 @@ class Provider:
             request,
             target,
             '/stateset.agents.v1.Provider/ChatTurn',
+            stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+            stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Stop(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stateset.agents.v1.Provider/Stop',
+            stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
+            stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Logs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stateset.agents.v1.Provider/Logs',
             stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderRequest.SerializeToString,
             stateset__agents_dot_core_dot_contracts_dot_provider__pb2.ProviderReply.FromString,
             options,

@@ -427,6 +427,26 @@ class RemoteProvider(_RemoteMixin, Provider):
     def chat_turn(self, request):
         return self._call("ChatTurn", dict(request))
 
+    def stop(self, run_id: str):
+        return self._optional(wire.PROVIDER_STOP, "Stop", {"run_id": run_id})
+
+    def logs(self, request):
+        return self._optional(wire.PROVIDER_LOGS, "Logs", dict(request))
+
+    def _optional(self, feature: str, name: str, payload: Any) -> Any:
+        """An RPC added after the first revision: asked only of a server that lists it; a server without it, or a
+        provider that does not implement it, is NotImplementedError here, as in process."""
+        if feature not in self.features:
+            raise NotImplementedError(f"{self.full_name} (kernel of an earlier contract revision) has no {name}")
+        req = provider_pb2.ProviderRequest(config=self._config_pb, json=orjson.dumps(payload, default=str))
+        try:
+            reply = getattr(self._stub, name)(req, metadata=self.conn.metadata, timeout=wire.UNARY_DEADLINE_SECONDS)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                raise NotImplementedError(exc.details()) from None
+            raise self.conn.explain(f"Provider.{name}", exc) from None
+        return orjson.loads(reply.json) if reply.json else None
+
 
 PROXIES = {"reward": RemoteReward, "ingestor": RemoteIngestor, "trainer": RemoteTrainer,
            "evaluator": RemoteEvaluator, "provider": RemoteProvider}

@@ -111,6 +111,8 @@ def _guard(call: str, fn: Callable) -> Callable:
             return fn(request, context)
         except (InputError, StatesetError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{type(exc).__name__}: {exc}")
+        except NotImplementedError as exc:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, str(exc))
         except Exception as exc:  # noqa: BLE001 - every failure must reach the kernel
             traceback.print_exc(file=sys.stderr)
             context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
@@ -322,7 +324,8 @@ class ProviderServicer(provider_pb2_grpc.ProviderServicer):
         "Status": ("status", lambda a: (a.get("run_id"),)), "Terminate": ("terminate", lambda a: (a.get("run_id"),)),
         "ListJobs": ("list_jobs", lambda a: ()), "Artifacts": ("artifacts", lambda a: (a,)),
         "ReadArtifact": ("read_artifact", lambda a: (a,)), "ChatOpen": ("chat_open", lambda a: (a,)),
-        "ChatTurn": ("chat_turn", lambda a: (a,)),
+        "ChatTurn": ("chat_turn", lambda a: (a,)), "Stop": ("stop", lambda a: (a.get("run_id"),)),
+        "Logs": ("logs", lambda a: (a,)),
     }
 
     def __init__(self, host: ComponentHost):
@@ -334,7 +337,10 @@ class ProviderServicer(provider_pb2_grpc.ProviderServicer):
         def call(request, context):
             provider = host.component(request.config)
             payload = orjson.loads(request.json) if request.json else {}
-            result = getattr(provider, method)(*arguments(payload))
+            try:
+                result = getattr(provider, method)(*arguments(payload))
+            except NotImplementedError as exc:  # an optional method it lacks: UNIMPLEMENTED, the client says so
+                raise NotImplementedError(str(exc) or f"{provider.full_name} does not implement {method}") from None
             return provider_pb2.ProviderReply(json=orjson.dumps(result, default=str))
         return call
 

@@ -12,7 +12,11 @@ HEALTH_SERVICE = "plugin"
 #: Optional fast paths a server lists in Metadata.features, by component kind: a client uses one only when listed.
 CONVERSATIONS_JSONL = "reward.conversations_jsonl"
 SCREENED_LINES = "reward.screened_lines"
-FEATURES = {"reward": (CONVERSATIONS_JSONL, SCREENED_LINES)}
+#: The provider RPCs Stop and Logs (additive in v1): a server of an earlier revision lacks them, so the client asks
+#: only a server that lists them, and otherwise answers as a provider without them does (NotImplementedError).
+PROVIDER_STOP = "provider.stop"
+PROVIDER_LOGS = "provider.logs"
+FEATURES = {"reward": (CONVERSATIONS_JSONL, SCREENED_LINES), "provider": (PROVIDER_STOP, PROVIDER_LOGS)}
 AUTH_HEADER = "authorization"
 
 #: Set explicitly on both ends: large batches of conversations must fit, unbounded ones must not.
