@@ -1,0 +1,155 @@
+"""Receipts and the checkpoint table: `plugin_api.checkpoints` on hand-built run directories (no torch), then on
+real runs of the tiny model (the receipts a run writes, `lineage` verifying them)."""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from stateset_agents.core.errors import InputError
+from stateset_agents.core.jsonio import dumps_line, sha256_file, write_json
+from stateset_agents.plugin_api import checkpoints as ck
+
+
+def _safetensors(path: Path, tensors: dict[str, bytes]) -> None:
+    """A float32 safetensors file of 1-D tensors, written by hand (the format: u64 header length, JSON, data)."""
+    header, offset, blobs = {"__metadata__": {"format": "pt"}}, 0, []
+    for name, data in tensors.items():
+        header[name] = {"dtype": "F32", "shape": [len(data) // 4], "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    raw = json.dumps(header).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+
+
+def _checkpoint(run: Path, step: int, *, learner=ck.LEARNER_STATE, files: bool = True) -> Path:
+    path = run / "checkpoints" / f"step-{step:06d}"
+    _safetensors(path / ck.ADAPTER_WEIGHTS, {"a": struct.pack("<2f", step, 1.0)})
+    (path / "adapter" / "adapter_config.json").write_text("{}")
+    (path / "training_state.pt").write_bytes(b"state %d" % step)
+    state = {"step": step, "committed_updates": step, "cursor": {}, "algorithm": "sft", "config_digest": "c",
+             "dataset_sha256": "d", "base_model": {"source": "hub", "id": "m"}, "run_id": "r",
+             "code": {"stateset-agents": "0"}, "learner_state": list(learner)}
+    if files:
+        state["files"] = ck.checkpoint_files(path)
+    write_json(path / "state.json", state)
+    return path
+
+
+def test_checkpoint_table_and_verify(tmp_path):
+    run = tmp_path / "run"
+    first, second = _checkpoint(run, 2), _checkpoint(run, 4)
+    (run / "checkpoints" / ".step-000006.tmp").mkdir()  # a write that never finished is no checkpoint
+    (run / ck.VALIDATION_LOG).write_bytes(dumps_line({"step": 2, "split": "validation", "candidate_mean": 0.5,
+                                                      "base_mean": 0.25, "cases": 4}) + b'{"step": 4, "spl')
+    table = ck.checkpoint_table(run)
+    assert [r["step"] for r in table] == [2, 4]
+    assert table[0] == {"step": 2, "committed_updates": 2, "path": "checkpoints/step-000002",
+                        "sha256": sha256_file(first / ck.ADAPTER_WEIGHTS), "complete": True, "missing": [],
+                        "validation": {"mean": 0.5, "split": "validation", "base_mean": 0.25, "cases": 4,
+                                       "mean_difference": None}}
+    assert table[1]["validation"] is None  # its record is a partial line
+    identity = ck.verify_checkpoint(second)
+    assert identity["step"] == 4 and identity["run_id"] == "r" and identity["code"] == {"stateset-agents": "0"}
+    assert set(identity["files"]) == {ck.ADAPTER_WEIGHTS, "adapter/adapter_config.json", "training_state.pt"}
+    assert ck.latest_complete(run) == second
+
+    (second / "training_state.pt").write_bytes(b"corrupted")
+    with pytest.raises(InputError, match="training_state.pt sha256 differs") as err:
+        ck.verify_checkpoint(second)
+    assert err.value.path == str(second / "training_state.pt") and err.value.field == "files"
+    row = ck.checkpoint_table(run)[1]
+    assert row["complete"] is False and row["missing"][0].startswith("training_state.pt sha256 differs")
+    assert ck.latest_complete(run) == first  # the latest one that verifies
+
+
+def test_incomplete_checkpoints_are_reported_not_crashed_on(tmp_path):
+    run = tmp_path / "run"
+    old = _checkpoint(run, 1, files=False)  # from before receipts: no digests
+    partial = _checkpoint(run, 2, learner=("adapter", "optimizer", "scheduler"))
+    gone = _checkpoint(run, 3)
+    (gone / "adapter" / "adapter_config.json").unlink()
+    rows = {r["step"]: r for r in ck.checkpoint_table(run)}
+    assert not any(r["complete"] for r in rows.values())
+    assert "records no file digests" in rows[1]["missing"][0]
+    assert rows[2]["missing"] == ["state.json holds no rng state (field 'learner_state')",
+                                  "state.json holds no data_cursor state (field 'learner_state')"]
+    assert rows[3]["missing"] == ["adapter/adapter_config.json is missing"]
+    with pytest.raises(InputError, match="records no file digests"):
+        ck.verify_checkpoint(old)
+    with pytest.raises(InputError, match="holds no rng state") as err:
+        ck.verify_checkpoint(partial)
+    assert err.value.field == "learner_state"
+    assert ck.verify_checkpoint(partial, require=("adapter",))["step"] == 2  # weights only: enough
+    assert ck.latest_complete(run) is None
+
+
+def test_run_state_and_quarantine(tmp_path):
+    run = tmp_path / "run"
+    assert ck.run_state(run) == "empty"
+    _checkpoint(run, 1)
+    assert ck.run_state(run) == "running"
+    write_json(run / "manifest.json", {"status": "failed", "failure": {"reason": "interrupted"}})
+    assert ck.run_state(run) == "stopped"  # a manifest from before the "stopped" status
+    for status in ("completed", "stopped", "failed"):
+        write_json(run / "manifest.json", {"status": status})
+        assert ck.run_state(run) == status
+    assert ck.quarantine(run) is None
+    record = {"reason": "checkpoint_write", "message": "disk full", "step": 3, "last_good_checkpoint": 1, "at": 1.0}
+    write_json(run / ck.QUARANTINE_FILE, record)
+    assert ck.quarantine(run) == record and ck.run_state(run) == "quarantined"
+    (run / ck.QUARANTINE_FILE).write_text("[]")
+    with pytest.raises(InputError, match="must be an object"):
+        ck.quarantine(run)
+
+
+def _receipts(run: Path, records: list[dict]) -> list[bytes]:
+    lines, prev = [], None
+    for rec in records:
+        line = dumps_line({**rec, "prev_sha256": ck.chain_digest(prev)})[:-1]
+        lines.append(line)
+        prev = line
+    (run / ck.RECEIPTS_FILE).write_bytes(b"".join(line + b"\n" for line in lines))
+    return lines
+
+
+def test_verify_receipts(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    weights = {"w": struct.pack("<3f", 1.0, 2.0, 3.0)}
+    _safetensors(run / ck.ADAPTER_WEIGHTS, weights)
+    final = ck.tensors_digest([("w", "F32", [3], weights["w"])])
+    assert ck.safetensors_digest(run / ck.ADAPTER_WEIGHTS) == final
+    records = [{"step": 1, "committed": True, "update_sha256": "u1"},
+               {"step": 2, "committed": False, "update_sha256": None},
+               {"step": 2, "committed": True, "update_sha256": final}]
+    lines = _receipts(run, records)
+    manifest = {"committed_updates": 2, "adapter": {"path": "adapter"},
+                "receipts": {"committed": 2, "last_sha256": ck.chain_digest(lines[-1])}}
+    assert ck.verify_receipts(run, manifest) == []
+    assert [r["step"] for r in ck.committed_receipts(ck.read_receipts(run))] == [1, 2]
+
+    assert ck.verify_receipts(run, {**manifest, "committed_updates": 3}) == [
+        "2 committed receipts, the manifest counts 3 committed updates"]
+    # an edited line breaks the chain at the next line
+    edited = lines[0].replace(b'"u1"', b'"u9"')
+    (run / ck.RECEIPTS_FILE).write_bytes(b"\n".join([edited, *lines[1:]]) + b"\n")
+    assert ck.verify_receipts(run, manifest)[0].startswith("receipts.jsonl:2: the chain breaks")
+    # a dropped last line: the chain holds, the manifest's citation does not
+    (run / ck.RECEIPTS_FILE).write_bytes(b"\n".join(lines[:2]) + b"\n")
+    problems = ck.verify_receipts(run, manifest)
+    assert "1 committed receipts, the manifest counts 2 committed updates" in problems
+    assert any("not the one the manifest cites" in p for p in problems)
+    # a gap in the committed steps, and a final adapter that is not the last update
+    _receipts(run, [records[0], {"step": 3, "committed": True, "update_sha256": "other"}])
+    problems = ck.verify_receipts(run, {"committed_updates": 2, "adapter": {"path": "adapter"}})
+    assert problems[0] == "committed steps are not contiguous from 1: committed receipt 2 is step 3, expected 2"
+    assert problems[1].startswith("the final adapter's update digest")
+    # a run from before receipts has nothing to verify; a manifest that counts receipts needs the file
+    (run / ck.RECEIPTS_FILE).unlink()
+    assert ck.verify_receipts(run, {"committed_updates": 2}) == []
+    assert ck.verify_receipts(run, manifest) == [
+        "receipts.jsonl is missing or empty, but the manifest counts receipts"]
