@@ -50,6 +50,86 @@ def _plan_table(plan: dict[str, Any]) -> None:
     err_console.print(t)
 
 
+def _recorded_image(algorithm: str) -> tuple[str, dict[str, Any]] | None:
+    """(role, record) of the built image that holds trainer:ALGORITHM (`images build`), when one is recorded."""
+    from ..core.registry import get_registry
+    from ..core.runtimes.container import image_for
+
+    return image_for(get_registry().resolve(algorithm, "trainer"))
+
+
+def _image_how(algorithm: str, found: tuple[str, dict[str, Any]] | None) -> str:
+    """The two ways to give a remote job its image, worded for what is recorded here."""
+    from ..core.registry import get_registry
+    from ..core.runtimes.container import _role_for, images_file
+
+    role = found[0] if found else _role_for(get_registry().resolve(algorithm, "trainer"))
+    if found:
+        built = (f"push the {role} image built here ({found[1].get('tag') or found[1].get('id', '')[:19]}; tag it "
+                 f"for your registry, `docker push`), then record its registry digest: `stateset-agents images pin "
+                 f"{role}`")
+    else:
+        built = (f"build, push and pin the image that holds trainer:{algorithm}: `stateset-agents images build "
+                 f"{role}`, tag it for your registry and `docker push`, then `stateset-agents images pin {role}` "
+                 f"(nothing is recorded in {images_file()} yet)")
+    return f"(1) pass --image NAME@sha256:DIGEST (or `image` in the config), or (2) {built}"
+
+
+def _quote_first(full: dict[str, Any], provider, *, plan_only: bool) -> None:
+    """Quote and check the cap before anything else can refuse, showing both; then the checks that come after the
+    price (a launch needs a live price; a provider that runs an image needs one pinned by digest). The image the
+    job runs: --image or the config's, else the recorded one of the image that holds the trainer (`images pin`).
+    Sets full["image"] to the recorded image it takes."""
+    from rich.table import Table
+
+    from ..core.errors import InputError
+    from ..remote import session
+    from ..remote.cap import CapExceeded, check_cap_value, describe_quote, enforce_cap, worst_case
+
+    if "max_cost_usd" not in full:
+        raise InputError("a cap is required: --max-cost USD (or max_cost_usd in the config)", field="max_cost_usd")
+    cap = check_cap_value(full["max_cost_usd"])
+    quote = provider.quote(session.quote_request(full))  # needs no image: the price does not depend on it
+    image = dict(quote.get("image") or {})
+    found, image_line = None, f"{image.get('name')} @ {image.get('digest')}"
+    if image.get("problem") and not full.get("image"):
+        found = _recorded_image(full["algorithm"])
+        pinned = (found[1].get("pinned") if found else None) or ""
+        if pinned:
+            full["image"], image = pinned, {"ref": pinned}
+            image_line = f"{pinned} (the {found[0]} image, pinned by `images pin {found[0]}`)"
+    if image.get("problem"):
+        image_line = "none pinned (see below)"
+    elif image.get("ref") and not found:
+        image_line = image["ref"]
+    t = Table(title=f"quote ({quote.get('provider')})", show_header=False)
+    t.add_row("GPU", f"{quote.get('gpu')} x{full['gpus']}" + (f" ({quote['gpu_default']})"
+                                                              if quote.get("gpu_default") else ""))
+    t.add_row("image", image_line)
+    t.add_row("max hours", f"{full['max_hours']:g}")
+    try:
+        total = worst_case(quote, full["gpus"], full["max_hours"])
+    except CapExceeded:
+        t.add_row("price", f"none ({quote.get('reason', 'no price available')}; from {quote.get('source')})")
+        err_console.print(t)
+        raise
+    t.add_row("quote", describe_quote(quote, full["gpus"], full["max_hours"], total))
+    t.add_row("worst case / cap", f"${total:.2f} / ${cap:.2f}" + (" (within the cap)" if total <= cap else
+                                                                  " (ABOVE the cap)"))
+    err_console.print(t)
+    enforce_cap(quote, full["gpus"], full["max_hours"], cap)
+    if quote.get("live") is False:
+        note = quote.get("live_needs") or "this is not a live price"
+        if not plan_only:
+            raise InputError(f"{note}; nothing was rented (`--plan-only` shows this quote and writes the plan)",
+                             field="provider")
+        err_console.print(f"[yellow]{note}[/]", highlight=False)
+    if image.get("problem"):
+        raise InputError(f"{quote.get('provider')} runs the trainer in a container image pinned by digest, and "
+                         f"{'the one given is not' if full.get('image') else 'none is given or recorded'}: "
+                         f"{_image_how(full['algorithm'], found)}", field="image")
+
+
 def _new_workspace(config: dict[str, Any], provider, workspace: Path | None) -> dict[str, Any]:
     """Prepare into `workspace`, or into STATE/workspaces/RUN_ID (the same job reuses its workspace)."""
     import shutil
@@ -120,7 +200,8 @@ def train_remote(
                                                 help="Start from a parent run's adapter (RUN/adapter); it travels "
                                                      "with the job."),
     max_cost: Optional[float] = typer.Option(None, "--max-cost", help="Hard cap in USD (required to launch)."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="Provider GPU id or short name (H100, A100-80GB)."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="Provider GPU id or short name (H100, A100-80GB); "
+                                                          "default: the provider's, shown in the quote."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="GPUs (default 1)."),
     max_hours: Optional[float] = typer.Option(None, "--max-hours", help="Wall-clock limit, enforced remotely."),
     algorithm: Optional[str] = typer.Option(None, "--algorithm", help="Trainer (objective)."),
@@ -128,7 +209,11 @@ def train_remote(
     reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
     config_file: Optional[Path] = typer.Option(None, "--config", help="The shared config (see `finetune schema`)."),
     output: Optional[Path] = typer.Option(None, "--output", help="Run directory for the artifacts."),
-    plan_only: bool = typer.Option(False, "--plan-only", help="Quote and write the plan; rent nothing."),
+    image: Optional[str] = typer.Option(None, "--image", help="Trainer image NAME@sha256:DIGEST (providers that run "
+                                                               "images); default: the config's, else the one "
+                                                               "`images pin` recorded."),
+    plan_only: bool = typer.Option(False, "--plan-only", help="Quote and write the plan; rent nothing. Needs no "
+                                                               "credentials where the price needs no API."),
     new_run: bool = typer.Option(False, "--new-run", help="Run the same job again (a fresh run id)."),
     attach_id: Optional[str] = typer.Option(None, "--attach", help="Reattach to RUN_ID or collect it."),
     cancel_id: Optional[str] = typer.Option(None, "--cancel", help="Terminate RUN_ID."),
@@ -161,7 +246,7 @@ def train_remote(
     flags = {"provider": provider_name, "dataset": str(dataset) if dataset else None, "base_model": base_model,
              "eval_prompts": str(eval_prompts) if eval_prompts else None, "max_cost_usd": max_cost, "gpu": gpu,
              "gpus": gpus, "max_hours": max_hours, "algorithm": algorithm, "reward": reward,
-             "init_adapter": str(init_adapter) if init_adapter else None}
+             "init_adapter": str(init_adapter) if init_adapter else None, "image": image}
     config.update({k: v for k, v in flags.items() if v is not None})
     algo = config.get("algorithm") or cfg.defaults(cfg.schema()).get("algorithm")
     fields = plugin_fields(f"trainer:{algo}", f"the {algo} objective")
@@ -174,8 +259,11 @@ def train_remote(
         config["salt"] = secrets.token_hex(8)
     full = cfg.validated(config, source=str(config_file) if config_file else None)
     with session.open_provider(full["provider"], full.get("provider_config")) as provider:
+        _quote_first(full, provider, plan_only=plan_only)
         plan = _new_workspace(full, provider, None)
-        _plan_table(plan)
+        err_console.print(f"plan {plan['run_id']}: worst case ${plan['worst_case_usd']:.2f} of the "
+                          f"${plan['max_cost_usd']:.2f} cap (re-quoted {plan['quote'].get('quoted_at_iso')}); "
+                          f"checksum {plan['checksum']}", highlight=False)
         workspace = Path(plan.get("_workspace") or session.state.state_dir() / "workspaces" / plan["run_id"])
         if plan_only:
             console.print(f"plan written to {workspace / 'plan.json'}; launch it with: stateset-agents finetune "
@@ -242,16 +330,6 @@ def finetune_launch(workspace: Path = typer.Argument(..., help="A workspace from
                           f"{record['run_id']}")
             return
         raise typer.Exit(_report(_watch(record["run_id"], provider)))
-
-
-@finetune_app.command("status")
-def finetune_status(run_id: str = typer.Argument(...)):
-    """The run's record and the provider's view of its job (reads only)."""
-    from ..remote import session
-
-    record = session._record(run_id)
-    with session.open_provider(record["provider"], record.get("provider_config")) as provider:
-        _print_json({"record": record, "job": provider.status(run_id)})
 
 
 @app.command("chat-remote", cls=ChatRemoteCommand)

@@ -17,11 +17,13 @@ from ..core.jsonio import write_json
 from ..plugin_api.jobs import ArtifactMismatch, safe_relpath
 
 CHUNK = 4 << 20
+#: receipt states whose artifacts are collected: a finished run's, and a stopped one's (its checkpoints)
+COLLECTABLE = ("succeeded", "stopped")
 
 
 def collect(provider: Any, run_id: str, output: Path, *, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     receipt = provider.artifacts({"run_id": run_id})
-    if not receipt or receipt.get("state") != "succeeded":
+    if not receipt or receipt.get("state") not in COLLECTABLE:
         raise StatesetError(f"run {run_id} has no successful receipt to collect "
                             f"(state {(receipt or {}).get('state', 'unknown')})")
     output = Path(output)

@@ -13,9 +13,10 @@ from typing import Any, Callable, Mapping
 
 from ..core.errors import InputError, StatesetError
 
-#: states a provider's `status` reports; the last four are final
-STATES = ("pending", "running", "succeeded", "failed", "terminated", "missing")
-FINAL_STATES = ("succeeded", "failed", "terminated", "missing")
+#: states a provider's `status` reports; all but the first two are final ("stopped": a cooperative stop honoured,
+#: a checkpoint saved, its artifacts collectable like a finished run's)
+STATES = ("pending", "running", "succeeded", "stopped", "failed", "terminated", "missing")
+FINAL_STATES = ("succeeded", "stopped", "failed", "terminated", "missing")
 
 
 class CapExceeded(StatesetError):

@@ -3,6 +3,7 @@
     WORKSPACE/ (0700)
         dataset.jsonl, eval_prompts.<ext>   byte copies of the inputs
         parent/adapter/, parent/manifest.json  with --init-adapter: the parent's adapter files and its manifest
+        resume/step-K/                      with `finetune prepare-resume`: the parent run's checkpoint K
         config.json                         the validated config, paths rewritten to the snapshots
         plan.json                           run id, provider, GPU, image + digest, hours, quote, worst case, checksum
 
@@ -26,6 +27,7 @@ PLAN_VERSION = 1
 #: config keys that do not define the job (the cap is a budget, not part of the work)
 _NOT_IDENTITY = ("max_cost_usd", "dataset", "eval_prompts", "init_adapter")
 PARENT_DIR = "parent"
+RESUME_DIR = "resume"
 
 
 def run_id_for(config: Mapping[str, Any], *, dataset_sha256: str, eval_sha256: str | None, gpu_id: str,
@@ -39,6 +41,15 @@ def run_id_for(config: Mapping[str, Any], *, dataset_sha256: str, eval_sha256: s
     if init_adapter_sha256:  # only then: the ids of jobs without a parent stay what they were
         identity["init_adapter_sha256"] = init_adapter_sha256
     return "sa-" + digest(identity)[:20]
+
+
+def job_identity(config: Mapping[str, Any], inputs: Mapping[str, Any], *, gpu_id: str,
+                 image_digest: str | None) -> str:
+    """The run id this job would have without --new-run's salt: what the runs of the same job share (siblings)."""
+    return run_id_for({k: v for k, v in config.items() if k != "salt"},
+                      dataset_sha256=inputs["dataset"]["sha256"],
+                      eval_sha256=(inputs.get("eval_prompts") or {}).get("sha256"), gpu_id=gpu_id,
+                      image_digest=image_digest, init_adapter_sha256=(inputs.get("init_adapter") or {}).get("sha256"))
 
 
 def plan_checksum(plan: Mapping[str, Any]) -> str:
@@ -86,6 +97,7 @@ def write_plan(workspace: Path, config: Mapping[str, Any], inputs: Mapping[str, 
                         eval_sha256=(inputs.get("eval_prompts") or {}).get("sha256"), gpu_id=gpu_id,
                         image_digest=image.get("digest"),
                         init_adapter_sha256=(inputs.get("init_adapter") or {}).get("sha256"))
+    identity = job_identity(config, inputs, gpu_id=gpu_id, image_digest=image.get("digest"))
     snap_config = {**config, "dataset": inputs["dataset"]["file"],
                    "eval_prompts": (inputs.get("eval_prompts") or {}).get("file"),
                    "init_adapter": f"{PARENT_DIR}/adapter" if inputs.get("init_adapter") else None}
@@ -97,10 +109,46 @@ def write_plan(workspace: Path, config: Mapping[str, Any], inputs: Mapping[str, 
         "max_cost_usd": config["max_cost_usd"], "quote": dict(quote), "worst_case_usd": worst_case_usd,
         "inputs": dict(inputs), "config_sha256": digest(snap_config), "config": snap_config,
         "created_at": now, "created_at_iso": datetime.fromtimestamp(now, timezone.utc).isoformat(),
+        "job_identity": identity,
     }
+    if config.get("resume"):
+        plan["resume"] = {k: config["resume"].get(k) for k in ("mode", "parent_run_id", "checkpoint_step",
+                                                               "checkpoint_sha256")}
     plan["checksum"] = plan_checksum(plan)
     write_json(workspace / PLAN_FILE, plan)
     return plan
+
+
+def copy_inputs(parent_workspace: Path, parent_plan: Mapping[str, Any], workspace: Path) -> dict[str, Any]:
+    """The parent plan's input snapshots, copied byte for byte into a new workspace (checked against the plan)."""
+    private_dir(workspace)
+    out: dict[str, Any] = {}
+    for key, ident in (parent_plan.get("inputs") or {}).items():
+        if key.startswith(RESUME_DIR + "/"):
+            continue  # a resumed parent's own checkpoint is not the child's
+        src, dst = Path(parent_workspace) / ident["file"], workspace / ident["file"]
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        if sha256_file(dst) != ident["sha256"]:
+            raise InputError(f"the parent's {key} snapshot changed after its prepare", path=str(src), field=key)
+        out[key] = dict(ident)
+    return out
+
+
+def snapshot_checkpoint(checkpoint: Path, workspace: Path) -> tuple[str, dict[str, Any]]:
+    """Copy checkpoint directory `checkpoint` (RUN/checkpoints/step-K) into WORKSPACE/resume/step-K, one plan input
+    per file so the bundle carries it; returns (its path in the workspace, the inputs)."""
+    target = workspace / RESUME_DIR / checkpoint.name
+    if target.exists():
+        shutil.rmtree(target)
+    out: dict[str, Any] = {}
+    for src in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
+        dst = target / src.relative_to(checkpoint)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        rel = dst.relative_to(workspace).as_posix()
+        out[rel] = {"file": rel, "sha256": sha256_file(dst), "source": str(src)}
+    return target.relative_to(workspace).as_posix(), out
 
 
 def load_verified(workspace: str | Path) -> dict[str, Any]:

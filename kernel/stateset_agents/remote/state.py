@@ -19,8 +19,12 @@ from ..core.errors import StatesetError
 from ..core.jsonio import dumps_line, load_json, write_json
 from ..plugin_api.jobs import private_dir, state_dir
 
-#: run phases after which nothing should be running any more ("closed": a chat session that ended)
-FINAL_PHASES = ("completed", "failed", "cancelled", "capped", "collected", "closed")
+#: run phases after which nothing should be running any more ("closed": a chat session that ended; "stopped": a
+#: cooperative stop honoured and its checkpoints collected, which `finetune prepare-resume` can continue)
+FINAL_PHASES = ("completed", "failed", "cancelled", "capped", "collected", "closed", "stopped")
+#: phases of a run whose job may be live: "launching" is recorded before the provider is asked to create the job,
+#: so a client that died before hearing back leaves a trace the next invocation resolves (never a second job)
+LIVE_PHASES = ("launching", "running")
 
 
 @contextlib.contextmanager

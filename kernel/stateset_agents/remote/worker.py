@@ -2,13 +2,21 @@
 
     python -m stateset_agents.remote.worker run JOB_DIR          run the job in JOB_DIR (workspace already there)
     python -m stateset_agents.remote.worker pod                  unpack the bundle from the environment into
-                                                                 $STATESET_JOB_DIR, serve /status, /receipt and
-                                                                 /files over HTTP (bearer token), run, keep serving
+                                                                 $STATESET_JOB_DIR, serve /status, /receipt, /files,
+                                                                 /logs and POST /stop over HTTP (bearer token), run,
+                                                                 keep serving
 
 It honours the deadline (`STATESET_DEADLINE_AT`, epoch seconds counted from the job's creation): the trainer is
 asked to stop, then the process exits, and in a pod the provider is asked to terminate the pod itself, so a job
 whose client vanished still cannot outlive its budget. It writes `status.json` as it goes and, at the end,
 `receipt.json`: every artifact under run/ with its sha256, which the kernel checks after download.
+
+A file named STOP_FILE in the job directory is a cooperative stop: the trainer is cancelled, finishes the current
+update, saves a checkpoint and ends "interrupted"; the job then ends in state "stopped" (receipt written as for
+"succeeded", so the checkpoints can be collected). status.json carries the run's checkpoint table, its quarantine
+record and stop_requested; a quarantined run ends "failed", never "succeeded". A plan with "resume" (from
+`finetune prepare-resume`) carries the parent's checkpoint: placed at run/checkpoints/step-K for an exact
+continuation (the trainer resumes from it), or loaded as the starting adapter (weights only).
 """
 from __future__ import annotations
 
@@ -23,10 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from ..core.jsonio import dumps_line, load_json, sha256_file, write_json
+from ..plugin_api import checkpoints as ckpt
 from ..plugin_api.jobs import (BUNDLE_ENV, BUNDLE_SHA_ENV, CONFIG_FILE, DEADLINE_ENV, JOB_DIR_ENV, PLAN_FILE, PORT_ENV,
                                PROVIDER_ENV, RUN_ID_ENV, STOP_FILE, TOKEN_ENV, unpack_bundle)
 
 GRACE_S = 60.0  # from the stop request to a hard exit
+STOP_POLL_S = 0.5  # how often the worker looks for STOP_FILE between the trainer's events
+PROVENANCE_FILE = "resumed_from.json"  # in run/: the parent run and checkpoint a resumed run continues
 
 
 def file_entries(root: Path, paths) -> list[dict[str, Any]]:
@@ -43,6 +54,34 @@ def receipt_for(run_dir: Path, run_id: str, state: str, final: dict[str, Any] | 
 
 
 def request_for(job: Path, config: dict[str, Any]) -> dict[str, Any]:
+    resume = config.get("resume") or {}
+    if resume.get("mode") == "exact":
+        return {**_base_request(job, config), "resume": True}
+    if resume.get("mode") == "weights":
+        return {**_base_request(job, config), "init_adapter": str(job / resume["checkpoint_dir"] / "adapter")}
+    return _base_request(job, config)
+
+
+def place_resume(job: Path, config: dict[str, Any]) -> None:
+    """Put the parent's checkpoint where the trainer looks for it (exact: run/checkpoints/step-K) and record the
+    lineage in run/, so the collected run names its parent."""
+    resume = config.get("resume") or {}
+    if not resume:
+        return
+    run = job / "run"
+    run.mkdir(parents=True, exist_ok=True)
+    if resume.get("mode") == "exact":
+        import shutil
+
+        source = job / resume["checkpoint_dir"]
+        target = run / "checkpoints" / source.name
+        if not target.exists():
+            shutil.copytree(source, target)
+    write_json(run / PROVENANCE_FILE, {k: resume.get(k) for k in ("mode", "parent_run_id", "checkpoint_step",
+                                                                  "checkpoint_sha256")})
+
+
+def _base_request(job: Path, config: dict[str, Any]) -> dict[str, Any]:
     return {"algorithm": config["algorithm"], "dataset": str(job / config["dataset"]),
             "eval_prompts": str(job / config["eval_prompts"]) if config.get("eval_prompts") else None,
             "base_model": config.get("base_model"), "reward": config.get("reward"),
@@ -58,8 +97,38 @@ def _status(job: Path, **fields: Any) -> None:
     write_json(job / "status.json", {**current, **fields, "updated_at": time.time()})
 
 
+def _refresh(job: Path, **fields: Any) -> None:
+    """status.json with the run's checkpoint table and quarantine record as they are now."""
+    run = job / "run"
+    _status(job, checkpoints=ckpt.checkpoint_table(run) if run.is_dir() else [],
+            quarantined=ckpt.quarantine(run) if run.is_dir() else None, **fields)
+
+
+def final_state(job: Path, final: dict[str, Any] | None, stop_requested: bool) -> tuple[str, str | None]:
+    """(state, message): succeeded only for a completed, unquarantined run; stopped for an interruption the stop
+    asked for (the engine saved a checkpoint); failed otherwise."""
+    message = (final or {}).get("message")
+    quarantined = ckpt.quarantine(job / "run") if (job / "run").is_dir() else None
+    if quarantined:
+        why = quarantined.get("reason") or quarantined.get("message") or "see run/quarantine.json"
+        return "failed", f"quarantined: {why}"
+    if final and final.get("type") == "completed":
+        return "succeeded", message
+    if final and final.get("reason") == "interrupted" and stop_requested:
+        return "stopped", message
+    return "failed", message
+
+
+def _watch_stop(job: Path, trainer, done: threading.Event) -> None:
+    while not done.wait(STOP_POLL_S):
+        if (job / STOP_FILE).exists():
+            _status(job, stop_requested=True, stop_requested_at=time.time())
+            trainer.cancel()
+            return
+
+
 def run_job(job: Path) -> int:
-    """Run the trainer for the job in `job`; exit code 0 when it completed."""
+    """Run the trainer for the job in `job`; exit code 0 when it completed (or stopped as asked)."""
     lock = os.open(job / "worker.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -69,7 +138,9 @@ def run_job(job: Path) -> int:
     config = load_json(job / CONFIG_FILE)
     run_id = plan["run_id"]
     deadline = float(os.environ.get(DEADLINE_ENV) or plan["created_at"] + plan["max_hours"] * 3600)
-    _status(job, state="running", pid=os.getpid(), started_at=time.time(), deadline_at=deadline)
+    _status(job, state="running", pid=os.getpid(), started_at=time.time(), deadline_at=deadline,
+            stop_requested=(job / STOP_FILE).exists())
+    place_resume(job, config)
     from ..core.runtimes import load_component
 
     final: dict[str, Any] | None = None
@@ -84,21 +155,29 @@ def run_job(job: Path) -> int:
         timer = threading.Timer(max(0.0, deadline - time.time()), expire)
         timer.daemon = True
         timer.start()
+        done = threading.Event()
+        threading.Thread(target=_watch_stop, args=(job, trainer, done), daemon=True).start()
         with open(job / "events.jsonl", "ab") as log:
             for event in trainer.run(request_for(job, config)):
                 log.write(dumps_line(event))
                 log.flush()
-                if (job / STOP_FILE).exists():  # a terminate request: stop at the next safe boundary
+                if (job / STOP_FILE).exists():  # a stop request: the trainer stops at the next safe boundary
                     trainer.cancel()
-                if event.get("type") in ("completed", "failed"):
+                kind = event.get("type")
+                if kind in ("completed", "failed"):
                     final = event
-                if event.get("type") == "progress":
+                if kind == "progress":
                     _status(job, step=event.get("step"), total=event.get("total"))
+                elif kind in ("checkpoint", "log"):
+                    _refresh(job)
+        done.set()
         timer.cancel()
-    state = "succeeded" if final and final.get("type") == "completed" else "failed"
+    stop_requested = (job / STOP_FILE).exists()
+    state, message = final_state(job, final, stop_requested)
+    # a stopped run's receipt is as a finished run's: its checkpoints are collected the same way
     write_json(job / "receipt.json", receipt_for(job / "run", run_id, state, final))
-    _status(job, state=state, finished_at=time.time(), message=(final or {}).get("message"))
-    return 0 if state == "succeeded" else 1
+    _refresh(job, state=state, finished_at=time.time(), message=message, stop_requested=stop_requested)
+    return 0 if state in ("succeeded", "stopped") else 1
 
 
 class TokenHandler(BaseHTTPRequestHandler):
@@ -155,10 +234,57 @@ def serve_files(job: Path, token: str, port: int, host: str = "0.0.0.0") -> Any:
                 with open(target, "rb") as f:
                     f.seek(offset)
                     return self.send(200, f.read(length), "application/octet-stream")
+            if url.path == "/logs":
+                try:
+                    offset, length = _range(parse_qs(url.query))
+                except ValueError as exc:
+                    return self.send(400, dumps_line({"error": str(exc)}))
+                data = read_log(job, offset, length)
+                return self.send(200, data, "application/octet-stream")
             return self.send(404, b"{}")
+
+        def do_POST(self):
+            if not self.authorized():
+                return
+            if urlparse(self.path).path != "/stop":
+                return self.send(404, b"{}")
+            return self.send(200, dumps_line({"requested": request_stop(job)}))
 
     Handler.token = token
     return start_server(Handler, port, host)
+
+
+LOG_CHUNK = 1 << 20
+
+
+def _range(query: dict[str, list[str]]) -> tuple[int, int]:
+    """offset and length of a /logs request; bad input is a ValueError naming the field (a 400, never a 500)."""
+    values = []
+    for key, default in (("offset", "0"), ("length", str(LOG_CHUNK))):
+        raw = query.get(key, [default])[0]
+        if not raw.isdigit():
+            raise ValueError(f"{key} must be a non-negative integer, got {raw!r}")
+        values.append(int(raw))
+    return values[0], min(values[1], LOG_CHUNK)
+
+
+def read_log(job: Path, offset: int, length: int = LOG_CHUNK) -> bytes:
+    """Bytes of the job's events.jsonl from `offset` (empty past its end, or before it exists)."""
+    path = job / "events.jsonl"
+    if not path.is_file():
+        return b""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read(length)
+
+
+def request_stop(job: Path) -> bool:
+    """Ask the job's worker to stop cooperatively (STOP_FILE); False when the job is already over."""
+    st = load_json(job / "status.json") if (job / "status.json").exists() else {}
+    if st.get("state") in ("succeeded", "stopped", "failed", "terminated"):
+        return False
+    (job / STOP_FILE).touch()
+    return True
 
 
 def terminate_self_at(deadline: float) -> None:
