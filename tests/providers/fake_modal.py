@@ -51,7 +51,10 @@ class FakeModalSDK:
         self.calls[call_id] = ("terminated", "cancelled")
 
     def read_file(self, volume, path, sdk=None):
-        raise FileNotFoundError(path)
+        target = self.volumes / volume / path  # what the container committed to the run's volume
+        if not target.is_file():
+            raise FileNotFoundError(path)
+        return target.read_bytes()
 
     def reported_cost(self, run_id, since, sdk=None):
         return None

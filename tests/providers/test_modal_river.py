@@ -52,11 +52,14 @@ def test_modal_quotes_launches_once_and_terminates_at_the_deadline(fake_modal, d
         assert done["spend_usd"] < 5.0
 
 
-def test_modal_without_credentials_names_the_variables(fake_modal, dataset, tmp_path, monkeypatch):
+def test_modal_quotes_without_credentials_and_launch_names_the_variables(fake_modal, dataset, tmp_path, monkeypatch):
     monkeypatch.delenv("MODAL_TOKEN_ID")
-    with load_component("provider:modal") as provider, pytest.raises(InputError, match="MODAL_TOKEN_ID"):
-        session.prepare(_modal_config(dataset), tmp_path / "ws", provider)
-    assert not (tmp_path / "ws").exists()
+    with load_component("provider:modal") as provider:
+        plan = session.prepare(_modal_config(dataset), tmp_path / "ws", provider)  # the dated table needs no API
+        assert plan["quote"]["usd_per_gpu_hour"] == pytest.approx(3.95 + 0.40) and "as of" in plan["quote"]["source"]
+        with pytest.raises(InputError, match="MODAL_TOKEN_ID"):
+            session.launch(tmp_path / "ws", provider)
+    assert fake_modal.spawns == [] and fake_modal.runs == {}
 
 
 def test_modal_sdk_calls_match_the_installed_sdk():
@@ -111,11 +114,9 @@ def test_modal_sdk_calls_match_the_installed_sdk():
 def test_river_refuses_a_cap_it_cannot_price_and_prices_from_a_dated_table(monkeypatch, tmp_path):
     from stateset_plugins.providers.river.provider import RiverProvider
 
-    monkeypatch.delenv("RIVER_API_KEY", raising=False)
-    with pytest.raises(InputError, match="RIVER_API_KEY is not set"):
-        RiverProvider().quote({"base_model": "m", "max_hours": 1})
-    monkeypatch.setenv("RIVER_API_KEY", "k")
     from stateset_agents.remote.cap import enforce_cap
+
+    monkeypatch.delenv("RIVER_API_KEY", raising=False)  # a quote needs no key (`--plan-only`); a launch does
 
     quote = RiverProvider().quote({"base_model": "Qwen/Qwen3-8B", "max_hours": 2, "training": {"steps": 10}})
     with pytest.raises(CapExceeded, match="cannot price this job.*no dated River price"):
@@ -126,8 +127,7 @@ def test_river_refuses_a_cap_it_cannot_price_and_prices_from_a_dated_table(monke
     # 10 steps x 4 prompts x 8 generations x (512 + 64) tokens: scored 3 times (forward, forward-backward, KL
     # reference) at the training price and sampled once
     assert enforce_cap(quote, 1, 2, 100.0) == pytest.approx((10 * 32 * 576 * 3 * 1.0 + 10 * 32 * 576 * 0.5) / 1e6)
-    monkeypatch.delenv("RIVER_API_KEY")
-    with pytest.raises(InputError, match="RIVER_API_KEY"):
+    with pytest.raises(InputError, match="RIVER_API_KEY is not set"):
         RiverProvider().launch({})
 
 

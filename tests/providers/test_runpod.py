@@ -32,8 +32,10 @@ def test_quote_uses_the_api_price_and_resolves_short_names(provider):
         provider.quote({"gpu": "TPU-v5", "max_hours": 1, "image": IMAGE})
     with pytest.raises(InputError, match="ambiguous.*H100 PCIe"):
         provider.quote({"gpu": "NVIDIA H100", "max_hours": 1, "image": IMAGE})
-    with pytest.raises(InputError, match="pinned by digest"):
-        provider.quote({"gpu": "A40", "max_hours": 1, "image": "ghcr.io/x/trainer:latest"})
+    # the price needs no image: an unpinned one is named in the quote, and refused later (at the latest, at launch)
+    loose = provider.quote({"gpu": "A40", "max_hours": 1, "image": "ghcr.io/x/trainer:latest"})
+    assert loose["priced"] and "not pinned by digest" in loose["image"]["problem"]
+    assert q["image"] == {"name": IMAGE.split("@")[0], "digest": IMAGE.split("@")[1], "ref": IMAGE}
 
 
 def test_refuses_above_the_cap_and_never_creates(provider, fake_runpod, dataset, tmp_path):
@@ -49,11 +51,30 @@ def test_refuses_above_the_cap_and_never_creates(provider, fake_runpod, dataset,
     assert fake_runpod.creates == 0
 
 
-def test_missing_api_key_is_named_before_any_plan(provider, fake_runpod, dataset, tmp_path, monkeypatch):
+def test_without_a_key_the_quote_is_the_dated_fallback_and_launch_refuses(provider, fake_runpod, dataset, tmp_path,
+                                                                         monkeypatch):
+    from stateset_plugins.providers import runpod
+
     monkeypatch.delenv("RUNPOD_API_KEY")
+    plan = session.prepare(_config(dataset, gpu="a100"), tmp_path / "ws", provider)
+    quote = plan["quote"]
+    assert quote["live"] is False and quote["usd_per_gpu_hour"] == runpod.FALLBACK["SECURE"]["NVIDIA A100 80GB PCIe"]
+    assert f"dated fallback, not a live price" in quote["source"] and runpod.FALLBACK_AS_OF in quote["source"]
+    assert "RUNPOD_API_KEY is not set" in quote["live_needs"]
     with pytest.raises(InputError, match="RUNPOD_API_KEY is not set"):
-        session.prepare(_config(dataset), tmp_path / "ws", provider)
-    assert not (tmp_path / "ws").exists()
+        session.launch(tmp_path / "ws", provider)
+    assert fake_runpod.creates == 0
+    with pytest.raises(InputError, match=r"not offered by runpod \(dated fallback table\)"):
+        provider.quote({"gpu": "NVIDIA L4", "max_hours": 1})
+
+
+def test_no_gpu_is_the_documented_default_and_says_so(provider):
+    from stateset_plugins.providers import runpod
+
+    q = provider.quote({"max_hours": 2, "storage_gb": 20})
+    assert q["gpu"] == runpod.DEFAULT_GPU and q["live"] and q["usd_per_gpu_hour"] == 1.64
+    assert "default" in q["gpu_default"] and "problem" in q["image"]
+    assert "gpu_default" not in provider.quote({"gpu": "A40", "max_hours": 1})
 
 
 def test_plan_edited_after_prepare_is_refused(provider, fake_runpod, dataset, tmp_path):

@@ -9,7 +9,9 @@ client is watching (the supervisor, `supervise.py`, kills the command at that de
 
 Jobs live in JOBS/RUN_ID/ (default: the kernel's state directory, `localcmd/jobs`): the unpacked workspace,
 job.json (what the job is), process.json (the supervisor's pid), exit.json (how the command ended), and what the
-worker writes there (status.json, events.jsonl, run/, receipt.json).
+worker writes there (status.json, events.jsonl, run/, receipt.json). `stop` is cooperative: the worker's stop file
+in the job directory (it saves a full checkpoint at the next safe boundary and ends, state stopped); `logs` reads
+events.jsonl from an offset; `status` passes the worker's checkpoints, quarantine record and stop request through.
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ from stateset_agents.plugin_api import jobs
 
 GRACE_S = 10.0  # from SIGTERM to SIGKILL, in the supervisor and in terminate
 DEFAULT_COMMAND = ["{python}", "-m", jobs.WORKER_MODULE, "run", "{job}"]
+REPORTED = ("checkpoints", "quarantined", "stop_requested")  # the worker's run-control fields in status.json
+LOG_SLICE = 1 << 20
 
 
 class LocalCommandProvider(Provider):
@@ -146,7 +150,9 @@ class LocalCommandProvider(Provider):
         progress = load_json(job / "status.json") if (job / "status.json").exists() else {}
         return {"run_id": run_id, "job_id": meta["job_id"], "state": state, "message": message, "uptime_s": uptime,
                 "cost_per_hour": meta["cost_per_hour"], "spend_usd": round(meta["cost_per_hour"] * uptime / 3600, 6),
-                "step": progress.get("step"), "total": progress.get("total"), "deadline_at": meta["deadline_at"]}
+                "step": progress.get("step"), "total": progress.get("total"), "deadline_at": meta["deadline_at"],
+                **{k: progress[k] for k in REPORTED if k in progress},
+                **({"stop_requested": True} if state == "running" and (job / jobs.STOP_FILE).exists() else {})}
 
     @staticmethod
     def _final_state(job: Path, ended: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -159,6 +165,8 @@ class LocalCommandProvider(Provider):
             return "failed", f"the command exited with code {ended['returncode']} and wrote no receipt.json"
         if receipt.get("state") == "succeeded" and ended["returncode"] == 0:
             return "succeeded", None
+        if receipt.get("state") == "stopped":  # a stop honoured: the checkpoint is there to collect
+            return "stopped", (receipt.get("final_event") or {}).get("message") or "stopped on request"
         return "failed", (receipt.get("final_event") or {}).get("message") or f"exit code {ended['returncode']}"
 
     def terminate(self, run_id):
@@ -179,6 +187,31 @@ class LocalCommandProvider(Provider):
         if not (job / "exit.json").exists():
             write_json(job / "exit.json", {"reason": "terminated", "returncode": None, "finished_at": time.time()})
         return {"run_id": run_id, "terminated": True, "job_id": f"{self.name}-{run_id}"}
+
+    def stop(self, run_id):
+        """Cooperative: the worker's stop file in the job directory; nothing is killed."""
+        job = self._job(run_id)
+        if not (job / "job.json").exists():
+            return {"run_id": run_id, "requested": False, "message": "no such job"}
+        state = self.status(run_id)["state"]
+        if state not in ("pending", "running"):
+            return {"run_id": run_id, "requested": False, "message": f"the job is already {state}"}
+        (job / jobs.STOP_FILE).touch()
+        return {"run_id": run_id, "requested": True,
+                "message": "the worker saves a full checkpoint after the current update and ends (state stopped)"}
+
+    def logs(self, request):
+        """Bytes of the job's events.jsonl from `offset` (none before the worker wrote any)."""
+        path = self._job(request["run_id"]) / "events.jsonl"
+        offset, length = max(0, int(request.get("offset") or 0)), int(request.get("length") or LOG_SLICE)
+        if not path.is_file():
+            return {"data_b64": "", "offset": offset, "eof": True}
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(length)
+            size = os.fstat(f.fileno()).st_size
+        return {"data_b64": base64.b64encode(data).decode(), "offset": offset + len(data),
+                "eof": offset + len(data) >= size}
 
     def list_jobs(self):
         if not self.root.is_dir():

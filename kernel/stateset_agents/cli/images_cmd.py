@@ -12,6 +12,12 @@ test stack (CPU torch, no vLLM) whose every wheel, torch's included, is collecte
 local wheel directory), so that build fetches nothing either. The built image is run once to list the components
 it holds; those go into its labels and into the records the container runtime reads (`$STATESET_AGENTS_IMAGES`,
 else ~/.cache/stateset-agents/images.json).
+
+A built image has an image id (the digest of its config), which no registry knows; a remote provider pulls
+NAME@sha256:DIGEST, the manifest digest a registry gives the image when it is pushed. So the record keeps both, as
+they are: `id`, `repo_digests` (docker's RepoDigests, empty until pushed), and `pinned` once `images pin ROLE` has
+read the pushed digest from RepoDigests (or `images pin ROLE NAME@sha256:DIGEST` was told it). `train-remote`
+runs the pinned digest of the image that holds its trainer, and only a pinned one.
 """
 from __future__ import annotations
 
@@ -273,9 +279,10 @@ def build_image(role: str, *, base: str | None = None, plugins: list[Path] = (),
     record = {"role": role, "tag": tag, "id": image_id, "components": components, "version": __version__,
               "contract_versions": list(CONTRACT_VERSIONS), "base_image": base, "built_at": int(time.time()),
               "build_seconds": round(time.monotonic() - started, 1), **extra}
-    size = client.images.get(image_id).attrs.get("Size")
-    if size:
-        record["size_bytes"] = size
+    attrs = client.images.get(image_id).attrs
+    if attrs.get("Size"):
+        record["size_bytes"] = attrs["Size"]
+    record["repo_digests"] = list(attrs.get("RepoDigests") or [])  # empty for a build that was never pushed
     previous = read_images().get(role, {}).get("id")
     record["records"] = str(record_image(role, record))
     if previous and previous != image_id:  # the replaced image: rebuilds on one machine must not pile up
@@ -332,11 +339,70 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print the recor
     from rich.table import Table
 
     table = Table(title=f"Built images ({images_file()})")
-    for column in ("role", "tag", "id", "components"):
+    for column in ("role", "tag", "id", "pinned", "components"):
         table.add_column(column, overflow="fold")
     for role, rec in sorted(images.items()):
-        table.add_row(role, rec.get("tag", ""), rec.get("id", "")[:19], ", ".join(rec.get("components", ())))
+        table.add_row(role, rec.get("tag", ""), rec.get("id", "")[:19], rec.get("pinned") or "-",
+                      ", ".join(rec.get("components", ())))
     console.print(table)
+
+
+def repo_digests(role: str) -> tuple[dict[str, Any], list[str]]:
+    """ROLE's record and the RepoDigests docker holds now for its image id (registry digests, after a push)."""
+    from ..core.errors import InputError
+    from ..core.runtimes.container import docker_client, images_file, read_images
+
+    record = read_images().get(role)
+    if record is None:
+        raise InputError(f"no {role} image is recorded in {images_file()}; build it first (`stateset-agents images "
+                         f"build {role}`)", field="role")
+    client = docker_client()
+    try:
+        attrs = client.images.get(record["id"]).attrs
+    except Exception as exc:  # noqa: BLE001 - ImageNotFound, APIError: the daemon cannot say
+        from ..core.errors import StatesetError
+
+        raise StatesetError(f"docker has no image {record['id'][:19]} ({str(exc).splitlines()[0][:200]})") from None
+    return record, list(attrs.get("RepoDigests") or [])
+
+
+@images_app.command("pin")
+def pin_cmd(
+    role: str = typer.Argument(..., help="The role whose built image to pin (e.g. the one holding your trainer)."),
+    ref: Optional[str] = typer.Argument(None, help="NAME@sha256:DIGEST (default: the image's one registry digest "
+                                                   "from docker's RepoDigests, after `docker push`)."),
+):
+    """Record the registry digest (NAME@sha256:DIGEST) of ROLE's built image, which remote providers pull: read from
+    docker's RepoDigests after a push, or as given. A locally built image has only an image id; no registry knows it."""
+    from ..core.errors import InputError, StatesetError
+    from ..core.runtimes.container import pin_image
+
+    source = "given"
+    if ref is None:
+        record, digests = repo_digests(role)
+        if len(digests) != 1:
+            tag = record.get("tag") or record["id"]
+            raise InputError(
+                (f"the {role} image {record['id'][:19]} has no registry digest: it was built here and not pushed. "
+                 f"Tag and push it (`docker tag {tag} REGISTRY/NAME:TAG && docker push REGISTRY/NAME:TAG`), then run "
+                 f"`stateset-agents images pin {role}` again, or pass the digest the push printed"
+                 if not digests else
+                 f"the {role} image has {len(digests)} registry digests ({', '.join(digests)}); pass the one to use"),
+                field="ref")
+        ref, source = digests[0], f"RepoDigests of {record['id']}"
+    else:
+        try:
+            record, digests = repo_digests(role)
+            if ref in digests:
+                source = f"given; among the RepoDigests of {record['id']}"
+            else:
+                source = f"given; not among the RepoDigests of the local image {record['id']}"
+        except StatesetError as exc:
+            if isinstance(exc, InputError):
+                raise
+            source = f"given; not checked against the local image ({str(exc).splitlines()[0][:120]})"
+    record = pin_image(role, ref, source=source)
+    console.print(f"pinned {role}: {record['pinned']} ({source}); train-remote runs it by default", highlight=False)
 
 
 @images_app.command("reap")

@@ -5,7 +5,8 @@ Price table (documented, dated): local compute is not billed, so every entry is 
 (it must be positive) so a plan moves between providers unchanged.
 
 Jobs live in STATE/local/jobs/RUN_ID/: the unpacked workspace, job.json (created_at, deadline_at), and what the
-worker writes (status.json, events.jsonl, run/, receipt.json, worker.log).
+worker writes (status.json, events.jsonl, run/, receipt.json, worker.log). `stop` writes the stop file there
+(the worker saves at the next safe boundary and ends in state stopped); `logs` reads events.jsonl from an offset.
 
 Chat sessions (`chat-remote`) are held by this process: `evaluator:chat` in a subprocess with the run's adapter
 (River: a River session sampling the run's checkpoint), described in STATE/local/chats/SESSION_ID/chat.json so
@@ -63,6 +64,8 @@ class LocalProvider(Provider):
         return Path(self.config.get("jobs_dir") or state_dir() / "local" / "jobs")
 
     def _job(self, run_id: str) -> Path:
+        if not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
+            raise InputError(f"not a run id: {run_id!r}", field="run_id")  # it names a directory under root
         return self.root / run_id
 
     def quote(self, plan):
@@ -122,7 +125,19 @@ class LocalProvider(Provider):
         end = st.get("finished_at") or now
         return {"run_id": run_id, "job_id": meta["job_id"], "state": state, "message": message,
                 "uptime_s": max(0.0, end - meta["created_at"]), "cost_per_hour": 0.0, "spend_usd": 0.0,
-                "step": st.get("step"), "total": st.get("total"), "deadline_at": meta["deadline_at"]}
+                "step": st.get("step"), "total": st.get("total"), "deadline_at": meta["deadline_at"],
+                **common.reported(st, job if state in ("pending", "running") else None)}
+
+    def stop(self, run_id):
+        """Cooperative: the stop file in the job directory; the worker saves at the next safe boundary and ends."""
+        if self._is_chat(run_id):
+            return {"run_id": run_id, "requested": False, "message": "a chat session has nothing to save; "
+                                                                     "terminate it"}
+        known = (self._job(run_id) / "job.json").exists()
+        return common.stop_job(self._job(run_id), self.status(run_id)["state"] if known else None)
+
+    def logs(self, request):
+        return common.read_log(self._job(request["run_id"]), request)
 
     def terminate(self, run_id):
         if self._is_chat(run_id):

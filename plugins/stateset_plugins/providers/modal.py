@@ -3,7 +3,10 @@ artifacts, and a Dict that maps run ids to calls (the cross-machine claim that m
 
 Modal publishes per-second rates but has no pricing API, so the quote comes from the dated table below (GPU plus a
 CPU/memory allowance per hour); the watchdog takes the higher of uptime x rate and Modal's billing report.
-Credentials: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or a ~/.modal.toml from `modal token new`).
+Credentials: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or a ~/.modal.toml from `modal token new`); a quote needs none.
+Run control: `stop` marks the run's Dict entry, which the container relays to the worker as its stop file
+(`modal_sdk.relay`); `logs` and the worker's status.json (checkpoints, quarantine, a stop honoured) come from the
+run's volume, which the container commits as it goes.
 """
 from __future__ import annotations
 
@@ -48,19 +51,19 @@ class ModalProvider(Provider):
         common.require_env("MODAL_TOKEN_SECRET", how="export MODAL_TOKEN_SECRET with MODAL_TOKEN_ID")
 
     def quote(self, plan):
-        self._credentials()
         offered = [{"id": k, "name": k} for k in GPU_RATES]
         if not plan.get("gpu"):
             raise InputError(f"--gpu is required for modal; choose one of: {', '.join(GPU_RATES)}", field="gpu")
         gpu = resolve_gpu(plan["gpu"], offered, ALIASES, provider="modal")
         count = int(plan.get("gpus") or 1)
         per_gpu = GPU_RATES[gpu] + CPU_MEMORY_ALLOWANCE / count
-        return common.quote("modal", gpu, per_gpu, image=common.pinned_image(plan.get("image"), None),
+        return common.quote("modal", gpu, per_gpu, image=common.image_of(plan.get("image")),
                             source=f"modal rate table as of {RATES_AS_OF} (GPU ${GPU_RATES[gpu]}/h + CPU/memory "
                                    f"allowance ${CPU_MEMORY_ALLOWANCE}/h)")
 
     def launch(self, plan):
         self._credentials()
+        image = common.pinned_image(plan["image"])
         run_id, names = plan["run_id"], _names(plan["run_id"])
         created = time.time()
         deadline = common.deadline_for(plan, created)
@@ -72,7 +75,7 @@ class ModalProvider(Provider):
         env = {jobs.RUN_ID_ENV: run_id, jobs.DEADLINE_ENV: f"{deadline:.0f}", jobs.PROVIDER_ENV: "modal",
                "STATESET_VOLUME": names["volume"]}
         gpu = plan["gpu"]["id"] + (f":{plan['gpu']['count']}" if int(plan["gpu"]["count"]) > 1 else "")
-        call_id = modal_sdk.spawn(run_id, app_name=names["app"], image_ref=plan["image"]["ref"], gpu=gpu,
+        call_id = modal_sdk.spawn(run_id, app_name=names["app"], image_ref=image, gpu=gpu,
                                   timeout_s=int(float(plan["max_hours"]) * 3600), volume=names["volume"], env=env,
                                   bundle_b64=plan["bundle"]["b64"], bundle_sha256=plan["bundle"]["sha256"])
         rate = float(plan["quote"]["usd_per_gpu_hour"]) * int(plan["gpu"]["count"])
@@ -89,11 +92,17 @@ class ModalProvider(Provider):
             state = "pending" if entry else "missing"
             return {"run_id": run_id, "state": state, "uptime_s": 0, "cost_per_hour": 0.0}
         state, message = modal_sdk.call_state(entry["call_id"])
+        worker = self._worker_status(run_id)
         if entry.get("state") == "terminated":
             state = "terminated"
+        elif state in ("succeeded", "failed") and worker.get("state") == "stopped":
+            state, message = "stopped", worker.get("message")  # the worker honoured a stop: a checkpoint to collect
         end = entry.get("finished_at") or time.time()
         status = {"run_id": run_id, "job_id": entry["call_id"], "state": state, "message": message,
-                  "uptime_s": max(0.0, end - float(entry["created_at"])), "cost_per_hour": entry.get("rate", 0.0)}
+                  "uptime_s": max(0.0, end - float(entry["created_at"])), "cost_per_hour": entry.get("rate", 0.0),
+                  "step": worker.get("step"), "total": worker.get("total"), **common.reported(worker)}
+        if entry.get("stop_requested"):
+            status["stop_requested"] = True
         try:
             reported = modal_sdk.reported_cost(run_id, float(entry["created_at"]))
         except Exception:  # noqa: BLE001 - the report is a second opinion; uptime x rate always applies
@@ -101,6 +110,38 @@ class ModalProvider(Provider):
         if reported is not None:
             status["spend_usd"] = reported
         return status
+
+    def _read(self, run_id: str, path: str) -> bytes | None:
+        """A file of the run's volume; None while it is not there (not written, or not committed yet)."""
+        try:
+            return modal_sdk.read_file(_names(run_id)["volume"], path)
+        except Exception as exc:  # noqa: BLE001 - only "not there" means None; anything else is an error
+            if isinstance(exc, FileNotFoundError) or type(exc).__name__ == "NotFoundError":
+                return None
+            raise
+
+    def _worker_status(self, run_id: str) -> dict:
+        data = self._read(run_id, "job/status.json")
+        return json.loads(data) if data else {}
+
+    def stop(self, run_id):
+        """Cooperative: "stop_requested" in the run's Dict entry; the container writes the worker's stop file."""
+        self._credentials()
+        entry = modal_sdk.lookup(run_id)
+        if not entry or entry.get("kind") == "chat" or not entry.get("call_id"):
+            return {"run_id": run_id, "requested": False, "message": "no such job" if not entry else
+                    "nothing to stop cooperatively (terminate it)"}
+        state = self.status(run_id)["state"]
+        if state not in ("pending", "running"):
+            return {"run_id": run_id, "requested": False, "message": f"the job is already {state}"}
+        modal_sdk.record(run_id, {**entry, "stop_requested": True, "stop_requested_at": time.time()})
+        return {"run_id": run_id, "requested": True,
+                "message": f"the container relays it within {modal_sdk.RELAY_S:g}s; the worker saves a full "
+                           "checkpoint after the current update and ends (state stopped)"}
+
+    def logs(self, request):
+        self._credentials()
+        return common.log_slice(self._read(request["run_id"], f"job/{common.EVENTS_FILE}"), request)
 
     def terminate(self, run_id):
         self._credentials()

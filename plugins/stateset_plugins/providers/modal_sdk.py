@@ -4,12 +4,17 @@ against the installed signatures.
 
 Idempotency across machines: a Modal Dict (`stateset-runs`) maps run id -> call; `put(skip_if_exists=True)` claims
 a run atomically on Modal's side before anything is deployed, so two clients can never both create the job.
+
+Run control: `stop` sets "stop_requested" in the run's Dict entry; inside the container `relay` turns that into the
+worker's stop file (and commits the volume, so status.json and events.jsonl are readable from outside) every
+RELAY_S seconds while the worker runs.
 """
 from __future__ import annotations
 
 import time
 
 RUNS_DICT = "stateset-runs"
+RELAY_S = 10.0
 
 
 def _modal(sdk=None):
@@ -21,18 +26,44 @@ def _modal(sdk=None):
 
 
 def _remote_entry(bundle_b64: str, bundle_sha256: str, env: dict) -> dict:
-    """Runs inside the container: unpack the workspace onto the volume, run the worker, commit the volume."""
+    """Runs inside the container: unpack the workspace onto the volume, run the worker (relaying a stop request and
+    committing the volume while it runs), commit the volume."""
     import os
     import subprocess
+    from pathlib import Path
 
     os.environ.update(env)
-    job = "/artifacts/job"
-    from stateset_agents.plugin_api.jobs import unpack_bundle, worker_argv
+    job = Path("/artifacts/job")
+    from stateset_agents.plugin_api.jobs import RUN_ID_ENV, unpack_bundle, worker_argv
 
-    unpack_bundle({"b64": bundle_b64, "sha256": bundle_sha256}, __import__("pathlib").Path(job))
-    rc = subprocess.call(worker_argv(job))
+    unpack_bundle({"b64": bundle_b64, "sha256": bundle_sha256}, job)
+    proc = subprocess.Popen(worker_argv(job))
+    while proc.poll() is None:
+        try:
+            relay(env[RUN_ID_ENV], job, env["STATESET_VOLUME"])
+        except Exception:  # noqa: BLE001 - a failed relay must not end the job; the next one tries again
+            pass
+        try:
+            proc.wait(timeout=RELAY_S)
+        except subprocess.TimeoutExpired:
+            pass
     _modal().Volume.from_name(env["STATESET_VOLUME"]).commit()
-    return {"exit_code": rc}
+    return {"exit_code": proc.returncode}
+
+
+def relay(run_id: str, job, volume: str, sdk=None) -> bool:
+    """Inside the container, once: the stop file in the job directory when the run's Dict entry asks for a stop,
+    and a volume commit so the outside sees the worker's files. True when a stop was relayed."""
+    from pathlib import Path
+
+    from stateset_agents.plugin_api.jobs import STOP_FILE
+
+    entry = lookup(run_id, sdk=sdk) or {}
+    stop = bool(entry.get("stop_requested")) and not (Path(job) / STOP_FILE).exists()
+    if stop:
+        (Path(job) / STOP_FILE).touch()
+    _modal(sdk).Volume.from_name(volume).commit()
+    return stop
 
 
 def claim(run_id: str, entry: dict, sdk=None) -> tuple[bool, dict | None]:

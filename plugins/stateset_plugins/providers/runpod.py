@@ -1,11 +1,16 @@
 """`provider:runpod`: a GPU pod running the trainer image, priced by RunPod's API, named and labelled by run id.
 
 * Quote: `gpuTypes(id)` `securePrice` (or `communityPrice` with provider_config.cloud_type COMMUNITY) per GPU-hour,
-  plus disk at the storage rate below. A GPU with no on-demand price there is refused, not guessed.
+  plus disk at the storage rate below. A GPU with no on-demand price there is refused, not guessed. Without --gpu
+  the job gets DEFAULT_GPU, and the quote says so. Without RUNPOD_API_KEY (`--plan-only`) the price comes from the
+  dated FALLBACK table below, marked "dated fallback, not a live price"; a launch needs the key and re-quotes live.
 * Launch: look the pod named stateset-RUN_ID up first; create only when there is none. The pod's environment
   carries the run id, the deadline (the worker self-terminates the pod at it, with the pod's own RUNPOD_API_KEY),
   a per-run token and the workspace bundle (so a bundle must stay under BUNDLE_LIMIT).
 * Artifacts: the worker serves /receipt and /files on port 8765 behind RunPod's HTTPS proxy, token-protected.
+* Run control: `stop` is `POST /stop` there (the worker saves at the next safe boundary and ends, state stopped);
+  `logs` is `GET /logs?offset=&length=` (the job's events.jsonl); `status` passes the worker's checkpoints,
+  quarantine record and stop request through from its /status.
 * Chat (`chat-remote`): a pod named stateset-RUN_ID-chat from the same image runs the chat worker
   (`python -m stateset_agents.remote.chat_worker pod`): the adapter is uploaded to it through the proxy in slices,
   checked against its sha256 and installed at once; each turn is one POST /chat. The pod terminates itself at its
@@ -35,7 +40,17 @@ KEY_ENV = "RUNPOD_API_KEY"
 PROXY_ENV = "STATESET_RUNPOD_PROXY_URL"  # "{pod_id}" and "{port}" are filled in
 PROXY_DEFAULT = "https://{pod_id}-{port}.proxy.runpod.net"
 PORT = 8765
-DEFAULT_IMAGE = None  # no published digest yet: the config must pin one
+#: Without --gpu: 80 GB holds the LoRA jobs of docs/remote.md, at about half an H100's price.
+DEFAULT_GPU = "NVIDIA A100 80GB PCIe"
+#: The dated fallback for a quote without RUNPOD_API_KEY (`--plan-only`): on-demand USD per GPU-hour from RunPod's
+#: pricing page as read on FALLBACK_AS_OF (transcribed in datareceipts/data-receipts 109-gpu-pricing/vendors.json).
+#: Never used to launch: a launch needs the key and is re-quoted from the API.
+FALLBACK_AS_OF = "2026-11-09"
+FALLBACK_SOURCE = "https://www.runpod.io/pricing"
+FALLBACK = {"SECURE": {"NVIDIA H100 80GB HBM3": 3.99, "NVIDIA H100 PCIe": 2.89, "NVIDIA H100 NVL": 3.19,
+                       "NVIDIA A100 80GB PCIe": 1.79, "NVIDIA A100-SXM4-80GB": 1.79},
+            "COMMUNITY": {"NVIDIA H100 80GB HBM3": 2.69, "NVIDIA H100 PCIe": 1.99, "NVIDIA H100 NVL": 2.59,
+                          "NVIDIA A100 80GB PCIe": 1.19, "NVIDIA A100-SXM4-80GB": 1.39}}
 STORAGE_AS_OF = "2025-06-01"
 STORAGE_USD_PER_GB_MONTH = 0.10  # RunPod container/volume disk while running, from its pricing page on that date
 BUNDLE_LIMIT = 512 * 1024
@@ -72,25 +87,34 @@ class RunPodProvider(Provider):
         return str(self.config.get("cloud_type", "SECURE")).upper()
 
     def quote(self, plan):
-        key = self._key()
-        offered = [{"id": g["id"], "name": g.get("displayName", "")} for g in runpod_sdk.gpu_types(key)]
-        if not plan.get("gpu"):
-            raise InputError(f"--gpu is required for runpod; choose one of: {', '.join(o['id'] for o in offered)}",
-                             field="gpu")
-        gpu_id = resolve_gpu(plan["gpu"], offered, ALIASES, provider="runpod")
+        gpu_asked = plan.get("gpu") or DEFAULT_GPU
         count = int(plan.get("gpus") or 1)
+        storage = float(plan.get("storage_gb") or 0) * STORAGE_USD_PER_GB_MONTH * float(plan["max_hours"]) / 730.0
+        shown = {"image": common.image_of(plan.get("image")), "cloud_type": self.cloud_type,
+                 **({} if plan.get("gpu") else {"gpu_default": "runpod's default; --gpu chooses another"})}
+        storage_note = f"storage ${STORAGE_USD_PER_GB_MONTH}/GB-month as of {STORAGE_AS_OF}"
+        key = os.environ.get(KEY_ENV)
+        if not key:  # the price needs RunPod's API: show the dated table's, marked as such, and rent nothing
+            table = FALLBACK.get(self.cloud_type, {})
+            offered = [{"id": g, "name": g} for g in table]
+            gpu_id = resolve_gpu(gpu_asked, offered, ALIASES, provider="runpod (dated fallback table)")
+            return common.quote("runpod", gpu_id, table[gpu_id], storage_usd=storage, live=False,
+                                source=f"runpod dated fallback, not a live price: {self.cloud_type} on-demand from "
+                                       f"{FALLBACK_SOURCE} as of {FALLBACK_AS_OF}; {storage_note}",
+                                live_needs=f"{KEY_ENV} is not set, so this is not a live price; a launch needs it "
+                                           "and re-quotes from RunPod's API (RunPod console: Settings > API Keys)",
+                                **shown)
+        offered = [{"id": g["id"], "name": g.get("displayName", "")} for g in runpod_sdk.gpu_types(key)]
+        gpu_id = resolve_gpu(gpu_asked, offered, ALIASES, provider="runpod")
         info = runpod_sdk.gpu(key, gpu_id, count)
         field = "communityPrice" if self.cloud_type == "COMMUNITY" else "securePrice"
         price = info.get(field)
         if count > int(info.get("maxGpuCount") or count):
             raise InputError(f"{gpu_id} comes at most {info['maxGpuCount']} to a pod", field="gpus")
-        storage = float(plan.get("storage_gb") or 0) * STORAGE_USD_PER_GB_MONTH * float(plan["max_hours"]) / 730.0
-        image = common.pinned_image(plan.get("image"), DEFAULT_IMAGE)
-        return common.quote("runpod", gpu_id, float(price) if price else None, storage_usd=storage, image=image,
-                            source=f"runpod gpuTypes({gpu_id}).{field}; storage ${STORAGE_USD_PER_GB_MONTH}/GB-month "
-                                   f"as of {STORAGE_AS_OF}",
+        return common.quote("runpod", gpu_id, float(price) if price else None, storage_usd=storage, live=True,
+                            source=f"runpod gpuTypes({gpu_id}).{field}; {storage_note}",
                             reason=None if price else f"RunPod lists no {self.cloud_type} on-demand price for "
-                                                      f"{gpu_id}", cloud_type=self.cloud_type)
+                                                      f"{gpu_id}", **shown)
 
     # ------------------------------------------------------------------------------------------------- jobs
     def _find(self, key: str, run_id: str) -> dict[str, Any] | None:
@@ -109,7 +133,8 @@ class RunPodProvider(Provider):
                              f"{BUNDLE_LIMIT} in the pod environment (split or shrink the dataset)", field="dataset")
         created = time.time()
         deadline = common.deadline_for(plan, created)
-        pod = self._create(key, run_id, created, deadline, image=plan["image"]["ref"], gpu=plan["gpu"]["id"],
+        pod = self._create(key, run_id, created, deadline, image=common.pinned_image(plan["image"]),
+                           gpu=plan["gpu"]["id"],
                            count=int(plan["gpu"]["count"]), disk_gb=int(plan["config"].get("storage_gb") or 20),
                            command=jobs.POD_COMMAND,
                            extra={jobs.BUNDLE_ENV: plan["bundle"]["b64"],
@@ -145,7 +170,7 @@ class RunPodProvider(Provider):
             if data is None:
                 return None
             why = exc.read()[:300].decode(errors="replace")
-            raise StatesetError(f"the chat pod refused {path.split('?')[0]}: {why}") from None
+            raise StatesetError(f"the pod refused {path.split('?')[0]}: {why}") from None
         except (urllib.error.URLError, OSError, TimeoutError):
             return None  # not up yet, or gone: the pod's own state decides
 
@@ -165,7 +190,32 @@ class RunPodProvider(Provider):
             message = reported.get("message")
         return {"run_id": run_id, "job_id": pod["id"], "state": state, "message": message, "uptime_s": uptime,
                 "cost_per_hour": rate, "spend_usd": round(rate * uptime / 3600.0, 6),
-                "ready": bool(reported.get("ready"))}
+                "ready": bool(reported.get("ready")), **common.reported(reported)}
+
+    def stop(self, run_id):
+        """Cooperative: POST /stop on the pod's worker, which saves at the next safe boundary and ends."""
+        pod = self._find(self._key(), run_id)
+        if pod is None:
+            return {"run_id": run_id, "requested": False, "message": "no such pod"}
+        if _STATE.get(pod.get("desiredStatus")) != "running":
+            return {"run_id": run_id, "requested": False, "message": f"the pod is {pod.get('desiredStatus')}"}
+        body = self._worker(pod, "/stop", b"{}", method="POST")
+        if body is None:
+            return {"run_id": run_id, "requested": False, "message": "the pod's worker does not answer (yet)"}
+        answer = json.loads(body or b"{}")
+        return {"run_id": run_id, "requested": bool(answer.get("requested", True)),
+                "message": answer.get("message") or "the worker saves a full checkpoint after the current update "
+                                                    "and ends (state stopped)"}
+
+    def logs(self, request):
+        """The job's events.jsonl from `offset`, through the pod's worker (GET /logs answers the raw bytes)."""
+        pod = self._find(self._key(), request["run_id"])
+        offset = max(0, int(request.get("offset") or 0))
+        length = min(int(request.get("length") or common.LOG_SLICE), common.LOG_SLICE)  # the worker's most
+        body = self._worker(pod, f"/logs?offset={offset}&length={length}") if pod else None
+        if body is None:  # no pod (nothing more will come), or its worker is not up yet
+            return {"data_b64": "", "offset": offset, "eof": pod is None}
+        return {"data_b64": base64.b64encode(body).decode(), "offset": offset + len(body), "eof": len(body) < length}
 
     def terminate(self, run_id):
         key = self._key()
@@ -216,7 +266,8 @@ class RunPodProvider(Provider):
             return self._attached(existing)
         created = time.time()
         deadline = created + float(request["max_minutes"]) * 60.0
-        pod = self._create(key, session_id, created, deadline, image=quote["image"]["ref"], gpu=quote["gpu"],
+        pod = self._create(key, session_id, created, deadline, image=common.pinned_image(quote["image"]),
+                           gpu=quote["gpu"],
                            count=1, disk_gb=int(request["storage_gb"]),
                            command=jobs.CHAT_POD_COMMAND, extra={})
         return {"job_id": pod["id"], "created_at": float(f"{created:.0f}"), "deadline_at": float(f"{deadline:.0f}"),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -31,7 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import orjson
 
 from ..components import Source
-from ..errors import PluginError, StatesetError
+from ..errors import InputError, PluginError, StatesetError
 from ..registry import ComponentSpec
 from . import wire
 from .client import PROXIES, RemoteEvaluator, RemoteIngestor, RemoteTrainer
@@ -121,6 +122,26 @@ def record_image(role: str, record: Mapping[str, Any]) -> Path:
                                  option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE))
     os.replace(tmp, path)
     return path
+
+
+#: NAME@sha256:DIGEST: a registry manifest digest, what a remote provider can pull. A locally built image has only an
+#: image id (the digest of its config), which no registry knows; `images pin` records the pushed one.
+PINNED_RE = re.compile(r"[^\s@]+@sha256:[0-9a-f]{64}")
+
+
+def pin_image(role: str, ref: str, *, source: str) -> dict[str, Any]:
+    """Record ROLE's registry digest (`pinned`, with where it came from) on its built-image record; the role must
+    have been built here. Returns the record."""
+    if not PINNED_RE.fullmatch(ref or ""):
+        raise InputError(f"not a registry digest: {ref!r}; pin NAME@sha256:DIGEST (64 hex digits), e.g. from `docker "
+                         "push`'s last line or `docker inspect --format '{{json .RepoDigests}}' IMAGE`", field="ref")
+    record = read_images().get(role)
+    if record is None:
+        raise InputError(f"no {role} image is recorded in {images_file()}; build it first (`stateset-agents images "
+                         f"build {role}`)", field="role")
+    record = {**record, "pinned": ref, "pinned_source": source, "pinned_at": int(time.time())}
+    record_image(role, record)
+    return record
 
 
 def _role_for(spec: ComponentSpec) -> str:

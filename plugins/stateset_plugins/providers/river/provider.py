@@ -20,7 +20,11 @@ River sampled. Closing the session ends River's billing; a client that dies stop
 Pricing: River bills usage (tokens), not hours. The quote is the job's worst-case token budget times a dated
 per-million-token price table. The plugin ships no prices of its own: until `price_table` (provider_config:
 {"as_of": DATE, "models": {BASE_MODEL: {"train_per_mtok", "sample_per_mtok"}}}) names the base model, the job
-cannot be priced and `--max-cost` refuses it.
+cannot be priced and `--max-cost` refuses it. A quote needs no RIVER_API_KEY; a launch does.
+
+Run control is the local provider's (the worker runs here): `stop` writes the stop file in the job directory (the
+trainer saves at the next update boundary, closes its River session and ends, state stopped), `logs` reads the
+job's events.jsonl, and `status` passes the worker's checkpoints and quarantine record through.
 """
 from __future__ import annotations
 
@@ -73,8 +77,7 @@ class RiverProvider(LocalProvider):
         prices = (table.get("models") or {}).get(model)
         return (prices, table["as_of"]) if prices and table.get("as_of") else (None, None)
 
-    def quote(self, plan):
-        self._key()
+    def quote(self, plan):  # priced from the dated table: no key needed (`--plan-only` without credentials)
         if plan.get("chat"):
             return self._chat_quote(plan)
         model = plan.get("base_model")
