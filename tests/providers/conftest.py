@@ -48,6 +48,7 @@ class FakeRunPod:
         self.creates = 0
         self.terminated: list[str] = []
         self.lose_next_create_response = False
+        self.exit_on_create = False  # a created pod is EXITED at once (its container ended): the run fails fast
         self.lock = threading.Lock()
         self.run_pods = False
         self.processes: dict[str, tuple[subprocess.Popen, int]] = {}
@@ -80,7 +81,8 @@ class FakeRunPod:
         env = [f"{k}={v}" for k, v in re.findall(r'\{ key: "([^"]*)", value: "([^"]*)" \}', query)]
         pod_id = f"pod{self.creates:03d}"
         price = next(g["securePrice"] for g in GPUS if g["id"] == gpu)
-        self.pods[pod_id] = {"id": pod_id, "name": name, "desiredStatus": "RUNNING", "costPerHr": price,
+        self.pods[pod_id] = {"id": pod_id, "name": name, "costPerHr": price,
+                             "desiredStatus": "EXITED" if self.exit_on_create else "RUNNING",
                              "uptimeSeconds": 0, "env": env, "imageName": re.search(r'imageName: "([^"]+)"',
                                                                                      query).group(1)}
         if self.run_pods:
