@@ -135,15 +135,24 @@ def copy_inputs(parent_workspace: Path, parent_plan: Mapping[str, Any], workspac
     return out
 
 
-def snapshot_checkpoint(checkpoint: Path, workspace: Path) -> tuple[str, dict[str, Any]]:
-    """Copy checkpoint directory `checkpoint` (RUN/checkpoints/step-K) into WORKSPACE/resume/step-K, one plan input
-    per file so the bundle carries it; returns (its path in the workspace, the inputs)."""
+#: an exact continuation's run records up to its checkpoint (the trainer truncates them to it on resume), so the
+#: continued run holds the whole history: every committed update's metrics and receipt
+RUN_RECORDS = ("metrics.jsonl", "receipts.jsonl", "checkpoint_validation.jsonl")
+
+
+def snapshot_checkpoint(checkpoint: Path, workspace: Path, *, records: Path | None = None) -> tuple[str, dict[str, Any]]:
+    """Copy checkpoint directory `checkpoint` (RUN/checkpoints/step-K) into WORKSPACE/resume/step-K, and with
+    `records` (the run directory) its RUN_RECORDS into WORKSPACE/resume/run/, one plan input per file so the bundle
+    carries them; returns (the checkpoint's path in the workspace, the inputs)."""
     target = workspace / RESUME_DIR / checkpoint.name
-    if target.exists():
-        shutil.rmtree(target)
+    for old in (target, workspace / RESUME_DIR / "run"):
+        if old.exists():
+            shutil.rmtree(old)
+    pairs = [(src, target / src.relative_to(checkpoint)) for src in sorted(checkpoint.rglob("*")) if src.is_file()]
+    if records is not None:
+        pairs += [(records / n, workspace / RESUME_DIR / "run" / n) for n in RUN_RECORDS if (records / n).is_file()]
     out: dict[str, Any] = {}
-    for src in sorted(p for p in checkpoint.rglob("*") if p.is_file()):
-        dst = target / src.relative_to(checkpoint)
+    for src, dst in pairs:
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dst)
         rel = dst.relative_to(workspace).as_posix()

@@ -189,7 +189,8 @@ def prepare_resume(parent: dict[str, Any], step: int | None, workspace: Path, mo
     worst = enforce_cap(quote, config["gpus"], config["max_hours"], cap)
     inputs = copy_inputs(parent_ws, parent_plan, workspace)
     if checkpoint is not None:
-        resume["checkpoint_dir"], ckpt_inputs = snapshot_checkpoint(checkpoint, workspace)
+        resume["checkpoint_dir"], ckpt_inputs = snapshot_checkpoint(
+            checkpoint, workspace, records=checkpoint.parent.parent if mode == "exact" else None)
         inputs.update(ckpt_inputs)
     plan = write_plan(workspace, {**config, "resume": resume}, inputs, gpu_id=quote["gpu"],
                       image=quote.get("image") or {}, quote=quote, worst_case_usd=worst)

@@ -77,6 +77,10 @@ def place_resume(job: Path, config: dict[str, Any]) -> None:
         target = run / "checkpoints" / source.name
         if not target.exists():
             shutil.copytree(source, target)
+        records = source.parent / "run"  # the parent's metrics and receipts up to the checkpoint
+        for item in sorted(records.iterdir()) if records.is_dir() else []:
+            if not (run / item.name).exists():
+                shutil.copyfile(item, run / item.name)
     write_json(run / PROVENANCE_FILE, {k: resume.get(k) for k in ("mode", "parent_run_id", "checkpoint_step",
                                                                   "checkpoint_sha256")})
 
