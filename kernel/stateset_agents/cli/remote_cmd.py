@@ -64,7 +64,9 @@ def _image_how(algorithm: str, found: tuple[str, dict[str, Any]] | None) -> str:
     from ..core.runtimes.container import _role_for, images_file
 
     role = found[0] if found else _role_for(get_registry().resolve(algorithm, "trainer"))
-    if found:
+    if found and found[1].get("pinned"):
+        built = f"leave --image and `image` out to run the {role} image pinned here ({found[1]['pinned']})"
+    elif found:
         built = (f"push the {role} image built here ({found[1].get('tag') or found[1].get('id', '')[:19]}; tag it "
                  f"for your registry, `docker push`), then record its registry digest: `stateset-agents images pin "
                  f"{role}`")
@@ -80,8 +82,6 @@ def _quote_first(full: dict[str, Any], provider, *, plan_only: bool) -> None:
     price (a launch needs a live price; a provider that runs an image needs one pinned by digest). The image the
     job runs: --image or the config's, else the recorded one of the image that holds the trainer (`images pin`).
     Sets full["image"] to the recorded image it takes."""
-    from rich.table import Table
-
     from ..core.errors import InputError
     from ..remote import session
     from ..remote.cap import CapExceeded, check_cap_value, describe_quote, enforce_cap, worst_case
@@ -102,21 +102,22 @@ def _quote_first(full: dict[str, Any], provider, *, plan_only: bool) -> None:
         image_line = "none pinned (see below)"
     elif image.get("ref") and not found:
         image_line = image["ref"]
-    t = Table(title=f"quote ({quote.get('provider')})", show_header=False)
-    t.add_row("GPU", f"{quote.get('gpu')} x{full['gpus']}" + (f" ({quote['gpu_default']})"
-                                                              if quote.get("gpu_default") else ""))
-    t.add_row("image", image_line)
-    t.add_row("max hours", f"{full['max_hours']:g}")
+    rows = [("GPU", f"{quote.get('gpu')} x{full['gpus']}" + (f" ({quote['gpu_default']})"
+                                                             if quote.get("gpu_default") else "")),
+            ("image", image_line), ("max hours", f"{full['max_hours']:g}")]
+
+    def show(more: list[tuple[str, str]]) -> None:  # plain lines, never wrapped: they are read and grepped
+        err_console.print(f"quote ({quote.get('provider')}):\n" + "\n".join(f"  {k}: {v}" for k, v in rows + more),
+                          highlight=False, markup=False, soft_wrap=True)
+
     try:
         total = worst_case(quote, full["gpus"], full["max_hours"])
     except CapExceeded:
-        t.add_row("price", f"none ({quote.get('reason', 'no price available')}; from {quote.get('source')})")
-        err_console.print(t)
+        show([("price", f"none ({quote.get('reason', 'no price available')}; from {quote.get('source')})")])
         raise
-    t.add_row("quote", describe_quote(quote, full["gpus"], full["max_hours"], total))
-    t.add_row("worst case / cap", f"${total:.2f} / ${cap:.2f}" + (" (within the cap)" if total <= cap else
-                                                                  " (ABOVE the cap)"))
-    err_console.print(t)
+    show([("quote", describe_quote(quote, full["gpus"], full["max_hours"], total)),
+          ("worst case / cap", f"${total:.2f} / ${cap:.2f}" + (" (within the cap)" if total <= cap else
+                                                               " (ABOVE the cap)"))])
     enforce_cap(quote, full["gpus"], full["max_hours"], cap)
     if quote.get("live") is False:
         note = quote.get("live_needs") or "this is not a live price"
@@ -125,9 +126,12 @@ def _quote_first(full: dict[str, Any], provider, *, plan_only: bool) -> None:
                              field="provider")
         err_console.print(f"[yellow]{note}[/]", highlight=False)
     if image.get("problem"):
+        given = full.get("image")
+        why = (f"the one given ({given}) is not pinned by digest (NAME@sha256:DIGEST; a tag can move under a run "
+               "id)" if given else "none is given or recorded")
         raise InputError(f"{quote.get('provider')} runs the trainer in a container image pinned by digest, and "
-                         f"{'the one given is not' if full.get('image') else 'none is given or recorded'}: "
-                         f"{_image_how(full['algorithm'], found)}", field="image")
+                         f"{why}: {_image_how(full['algorithm'], found or _recorded_image(full['algorithm']))}",
+                         field="image")
 
 
 def _new_workspace(config: dict[str, Any], provider, workspace: Path | None) -> dict[str, Any]:
