@@ -161,3 +161,51 @@ def test_a_command_that_fails_is_a_failed_job_and_artifacts_stay_inside_the_run(
             provider.status("../elsewhere")
         with pytest.raises(StatesetError, match="training jobs only"):
             provider.chat_open({"session_id": "s"})
+
+
+#: A command that behaves as the kernel's worker does around a cooperative stop: it reports a checkpoint in
+#: status.json, logs events, and on the stop file writes a receipt and status "stopped" and exits 0.
+STOPPABLE = [sys.executable, "-c", """
+import json, os, sys, time
+from pathlib import Path
+job = Path(os.environ["STATESET_JOB_DIR"])
+def status(**kw):
+    (job / "status.json").write_text(json.dumps({"pid": os.getpid(), **kw}))
+ckpt = [{"step": 1, "committed_updates": 1, "path": "checkpoints/step-1", "complete": True}]
+status(state="running", checkpoints=ckpt, quarantined=None, stop_requested=False)
+with open(job / "events.jsonl", "a") as log:
+    log.write(json.dumps({"type": "checkpoint", "step": 1}) + "\\n")
+    log.flush()
+    while not (job / "stop").exists():
+        time.sleep(0.05)
+    log.write(json.dumps({"type": "failed", "reason": "interrupted"}) + "\\n")
+(job / "receipt.json").write_text(json.dumps({"state": "stopped", "files": [],
+                                               "final_event": {"type": "failed", "reason": "interrupted"}}))
+status(state="stopped", checkpoints=ckpt, quarantined=None, stop_requested=True)
+"""]
+
+
+def test_a_cooperative_stop_logs_and_status_pass_through(tmp_path):
+    import base64
+
+    from stateset_agents.core.runtimes import load_component
+
+    with load_component("provider:localcmd", config={"command": STOPPABLE}, runtime="subprocess") as provider:
+        assert provider.stop("sa-never")["requested"] is False
+        assert provider.logs({"run_id": "sa-never", "offset": 0}) == {"data_b64": "", "offset": 0, "eof": True}
+        provider.launch(_plan(tmp_path, "sa-coop", max_cost=1.0, max_hours=1.0))
+        _wait_for(provider, "sa-coop", ("running",))
+        for _ in range(200):  # the command writes its first event a moment after it starts
+            first = provider.logs({"run_id": "sa-coop", "offset": 0})
+            if first["data_b64"]:
+                break
+            time.sleep(0.05)
+        assert json.loads(base64.b64decode(first["data_b64"])) == {"type": "checkpoint", "step": 1}
+        running = provider.status("sa-coop")
+        assert running["checkpoints"][0]["complete"] and running["quarantined"] is None
+        assert provider.stop("sa-coop")["requested"] is True
+        final = _wait_for(provider, "sa-coop", ("stopped", "failed", "succeeded", "terminated"))
+        assert final["state"] == "stopped" and final["stop_requested"] is True
+        rest = provider.logs({"run_id": "sa-coop", "offset": first["offset"]})
+        assert json.loads(base64.b64decode(rest["data_b64"]))["reason"] == "interrupted" and rest["eof"]
+        assert provider.stop("sa-coop")["requested"] is False
