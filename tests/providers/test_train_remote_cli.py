@@ -167,3 +167,63 @@ def test_images_pin_records_what_is_true(seed_dir, capsys):
     capsys.readouterr()
     assert main(["images", "list", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["trainer"]["pinned"] == PUSHED
+
+
+@pytest.fixture()
+def fake_docker(monkeypatch):
+    """Just enough of the Docker Engine API for `images pin` (version, ping, image inspect), served on loopback and
+    reached through the real docker SDK (DOCKER_HOST)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    pytest.importorskip("docker")
+    from stateset_agents.core.runtimes import container
+
+    images: dict[str, dict] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            if path.endswith("/version"):
+                body = {"ApiVersion": "1.45", "Version": "26.1.0", "MinAPIVersion": "1.24"}
+            elif path.endswith("/_ping"):
+                body = "OK"
+            elif "/images/" in path and path.endswith("/json"):
+                body = images.get(path.split("/images/", 1)[1][:-len("/json")])
+            else:
+                body = None
+            data = (body if isinstance(body, str) else json.dumps(body or {"message": "no such image"})).encode()
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{server.server_address[1]}")
+    monkeypatch.setattr(container, "_client", None)  # the runtime caches its client: this test gets its own
+    yield images
+    server.shutdown()
+
+
+def test_images_pin_reads_the_pushed_digest_from_repo_digests(seed_dir, fake_docker, capsys):
+    _record_trainer_image()
+    image_id = "sha256:" + "ef" * 32
+    fake_docker[image_id] = {"Id": image_id, "RepoDigests": []}  # built here, never pushed
+    assert main(["images", "pin", "trainer"]) == 2
+    err = _err(capsys)
+    assert "has no registry digest: it was built here and not pushed" in err and "docker push" in err
+    fake_docker[image_id]["RepoDigests"] = [PUSHED]  # after `docker push`
+    assert main(["images", "pin", "trainer"]) == 0
+    record = json.loads(Path(os.environ["STATESET_AGENTS_IMAGES"]).read_text())["images"]["trainer"]
+    assert record["pinned"] == PUSHED and record["pinned_source"] == f"RepoDigests of {image_id}"
+    other = "registry.example/else@sha256:" + "01" * 32
+    assert main(["images", "pin", "trainer", other]) == 0
+    record = json.loads(Path(os.environ["STATESET_AGENTS_IMAGES"]).read_text())["images"]["trainer"]
+    assert record["pinned"] == other and "not among the RepoDigests" in record["pinned_source"]
+    fake_docker[image_id]["RepoDigests"] = [PUSHED, other]
+    assert main(["images", "pin", "trainer"]) == 2 and "has 2 registry digests" in _err(capsys)
