@@ -227,3 +227,14 @@ def test_images_pin_reads_the_pushed_digest_from_repo_digests(seed_dir, fake_doc
     assert record["pinned"] == other and "not among the RepoDigests" in record["pinned_source"]
     fake_docker[image_id]["RepoDigests"] = [PUSHED, other]
     assert main(["images", "pin", "trainer"]) == 2 and "has 2 registry digests" in _err(capsys)
+
+
+def test_finetune_prepare_resolves_the_image_as_plan_only_does(fake_runpod, seed_dir, capsys):
+    config = seed_dir / "remote.yaml"
+    config.write_text("provider: runpod\ndataset: improved/curated.jsonl\nmax_cost_usd: 5\n")
+    assert main(["finetune", "prepare", "--config", str(config), "--workspace", str(seed_dir / "ws")]) == 2
+    assert "$3.29 / $5.00" in _err(capsys) and not (seed_dir / "ws" / "plan.json").exists()
+    _record_trainer_image(pinned=PUSHED)
+    assert main(["finetune", "prepare", "--config", str(config), "--workspace", str(seed_dir / "ws")]) == 0
+    assert json.loads((seed_dir / "ws" / "plan.json").read_text())["image"]["ref"] == PUSHED
+    assert fake_runpod.creates == 0

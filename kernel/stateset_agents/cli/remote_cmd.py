@@ -42,7 +42,7 @@ def _plan_table(plan: dict[str, Any]) -> None:
     t = Table(title=f"plan {plan['run_id']}", show_header=False)
     t.add_row("provider", plan["provider"])
     t.add_row("GPU", f"{plan['gpu']['id']} x{plan['gpu']['count']}")
-    t.add_row("image", f"{plan['image'].get('name')} @ {plan['image'].get('digest')}")
+    t.add_row("image", plan["image"].get("ref") or f"{plan['image'].get('name')} @ {plan['image'].get('digest')}")
     t.add_row("max hours", str(plan["max_hours"]))
     t.add_row("quote", describe_quote(plan["quote"], plan["gpu"]["count"], plan["max_hours"], plan["worst_case_usd"]))
     t.add_row("worst case / cap", f"${plan['worst_case_usd']:.2f} / ${plan['max_cost_usd']:.2f}")
@@ -307,12 +307,14 @@ def finetune_validate(config_file: Path = typer.Option(..., "--config", help="Co
 @finetune_app.command("prepare")
 def finetune_prepare(config_file: Path = typer.Option(..., "--config"),
                      workspace: Path = typer.Option(..., "--workspace", help="Private directory for the plan.")):
-    """Quote (refusing above the cap), snapshot the dataset and config, and write the plan. Rents nothing."""
+    """Quote (refusing above the cap), resolve the image, snapshot the dataset and config, and write the plan, as
+    `train-remote --plan-only` does. Rents nothing."""
     from ..remote import config as cfg
     from ..remote import session
 
     full = cfg.validated(cfg.load(config_file), source=str(config_file))
     with session.open_provider(full["provider"], full.get("provider_config")) as provider:
+        _quote_first(full, provider, plan_only=True)
         plan = session.prepare(full, workspace, provider)
     _plan_table(plan)
     console.print(f"plan written to {workspace / 'plan.json'}")
