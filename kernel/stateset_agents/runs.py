@@ -106,6 +106,10 @@ def logs(run_id: str, *, follow: bool = False, offset: int = 0, poll_s: float = 
     from .remote.cap import FINAL_STATES
 
     record = session._record(run_id)
+    kept = Path(record.get("output") or "") / session.EVENTS_COPY
+    if record.get("phase") in state.FINAL_PHASES and kept.is_file():  # the job may be gone: the copy is whole
+        yield from _events(kept.read_bytes()[offset:], b"")[0]
+        return
     own = provider is None
     provider = provider or _provider(record)
     carry = b""
@@ -114,10 +118,6 @@ def logs(run_id: str, *, follow: bool = False, offset: int = 0, poll_s: float = 
             try:
                 part = provider.logs({"run_id": run_id, "offset": offset})
             except NotImplementedError:
-                kept = Path(record.get("output") or "") / session.EVENTS_COPY
-                if kept.is_file():
-                    yield from _events(kept.read_bytes()[offset:] + b"\n", b"")[0]
-                    return
                 raise StatesetError(f"{record['provider']} does not serve a run's log (no `logs`), and no copy "
                                     f"was kept in {record.get('output')}") from None
             data = base64.b64decode(part.get("data_b64") or "")

@@ -184,8 +184,10 @@ def test_new_run_is_refused_beside_an_unconfirmed_or_live_sibling(tmp_path):
         session.launch(ws, provider)
     with pytest.raises(InputError, match=f"refusing --new-run: run {plan['run_id']} of the same job exists"):
         session.prepare(_config(tmp_path, salt="abc"), tmp_path / "new", provider)
-    provider.jobs[plan["run_id"]]["state"] = "succeeded"
-    state.update_record(plan["run_id"], phase="collected")
+    assert state.load_record(plan["run_id"])["phase"] == "running"  # the unconfirmed launch found its job
+    with pytest.raises(InputError, match="its job job-1 may still be running; follow it with `train-remote --attach"):
+        session.prepare(_config(tmp_path, salt="abc"), tmp_path / "new", provider)
+    provider.jobs[plan["run_id"]]["state"] = "succeeded"  # over, though no client collected it yet
     fresh = session.prepare(_config(tmp_path, salt="abc"), tmp_path / "new", provider)
     assert fresh["run_id"] != plan["run_id"] and fresh["job_identity"] == plan["job_identity"]
 

@@ -62,6 +62,8 @@ def refuse_live_sibling(identity: str, provider) -> None:
             record = state.load_record(record["run_id"]) or record
             if record.get("phase") not in state.LIVE_PHASES:
                 continue
+        elif provider.status(record["run_id"]).get("state") in FINAL_STATES:
+            continue  # recorded as running by a client that detached, but the job is over
         job = (record.get("job") or {}).get("job_id")
         why = ("its launch was not confirmed" if record["phase"] == "launching" else
                f"its job {job} may still be running")
