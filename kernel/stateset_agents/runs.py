@@ -82,7 +82,7 @@ def checkpoints(run_id: str, *, job: dict[str, Any] | None = None, provider=None
         else:
             with _provider(record) as own:
                 job = own.status(run_id)
-    return list(job.get("checkpoints") or [])
+    return [dict(row) for row in job.get("checkpoints") or []]  # (`list` is this module's own function)
 
 
 def _events(data: bytes, carry: bytes) -> tuple[list[dict[str, Any]], bytes]:

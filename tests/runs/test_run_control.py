@@ -226,6 +226,22 @@ def test_logs_follow_reads_split_lines_until_the_job_ends(tmp_path):
     assert list(runs.logs(plan["run_id"], offset=len(provider.log) - 22, provider=provider)) == [{"type": "completed"}]
 
 
+def test_checkpoints_and_status_come_from_the_provider_until_the_run_is_collected(tmp_path):
+    provider = TableProvider()
+    ws = tmp_path / "ws"
+    plan = session.prepare(_config(tmp_path), ws, provider)
+    session.launch(ws, provider)
+    row = {"step": 1, "committed_updates": 1, "path": "checkpoints/step-000001", "sha256": "a" * 64,
+           "complete": True, "missing": [], "validation": {"mean": 0.5, "split": "validation"}}
+    provider.status = lambda run_id: {**TableProvider.status(provider, run_id), "checkpoints": [row],
+                                      "quarantined": {"reason": "partial_update"}, "stop_requested": True}
+    assert runs.checkpoints(plan["run_id"], provider=provider) == [row]
+    report = runs.status(plan["run_id"], provider=provider)
+    assert report["checkpoints"] == [row] and report["quarantined"] == {"reason": "partial_update"}
+    assert report["stop_requested"] and report["phase"] == "running"
+    assert [r["run_id"] for r in runs.list()] == [plan["run_id"]]
+
+
 # ---------------------------------------------------------------------------------------------------- worker
 def test_worker_final_states(tmp_path):
     job = tmp_path / "job"

@@ -52,18 +52,25 @@ def test_stop_then_exact_continuation_ends_where_the_uninterrupted_run_ends(tiny
         seen = []
         for event in runs.logs(run_id, follow=True, provider=provider, poll_s=0.05):
             seen.append(event["type"])
-            if event["type"] == "checkpoint":
-                stopped = runs.stop(run_id, wait=True, provider=provider, poll_s=0.1, timeout_s=120)
+            if event["type"] == "checkpoint":  # stop it through the CLI: it waits, collects, reports the checkpoint
+                capsys.readouterr()
+                assert main(["finetune", "stop", run_id]) == 0
                 break
-        assert "log" in seen and stopped["requested"] and stopped["state"] == "stopped"
-        record = stopped["record"]
-        assert record["phase"] == "stopped" and state.load_record(run_id)["phase"] == "stopped"
-        k = stopped["checkpoint"]["step"]
-        assert 1 <= k < STEPS and stopped["checkpoint"]["complete"]
+        said = capsys.readouterr().out
+        assert "log" in seen and state.load_record(run_id)["phase"] == "stopped"
+        table = runs.checkpoints(run_id)
+        k = table[-1]["step"]
+        assert 1 <= k < STEPS and table[-1]["complete"]
+        assert f"stopped {run_id}; checkpoint step {k}: {k} committed updates" in said
+        assert f"prepare-resume {run_id} --checkpoint {k}" in said
         assert [r["outcome"] for r in state.read_ledger()] == ["stopped"]
         # the whole log, read after the fact, ends with the interruption the stop asked for
         events = list(runs.logs(run_id, provider=provider))
         assert events[-1]["type"] == "failed" and events[-1]["reason"] == "interrupted"
+        assert main(["finetune", "logs", run_id, "--json"]) == 0
+        assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == events
+        assert main(["finetune", "status", run_id]) == 0
+        assert f"stopped {run_id} at checkpoint step {k}" in capsys.readouterr().err
         status = runs.status(run_id, provider=provider)
         assert status["phase"] == "stopped" and status["stop_requested"] and status["quarantined"] is None
         assert status["job"]["state"] == "stopped" and [c["step"] for c in status["checkpoints"]][-1] == k
@@ -98,6 +105,9 @@ def test_stop_then_exact_continuation_ends_where_the_uninterrupted_run_ends(tiny
     assert json.loads((child_dir / "remote_receipt.json").read_text())["resume"]["parent_run_id"] == run_id
     assert [c["run_id"] for c in state.load_record(run_id)["children"]] == [child["run_id"]]
     capsys.readouterr()
+    assert main(["finetune", "list", "--json"]) == 0
+    listed = {r["run_id"]: r for r in json.loads(capsys.readouterr().out)}
+    assert listed[child["run_id"]]["resume"]["parent_run_id"] == run_id and listed[run_id]["phase"] == "stopped"
     assert main(["finetune", "checkpoints", run_id]) == 0
     out = capsys.readouterr().out
     assert f"step {k}: {k} committed updates" in out and "complete" in out

@@ -36,7 +36,7 @@ def finetune_list(as_json: bool = typer.Option(False, "--json")):
                       f"${float(r.get('spend_usd') or 0):.4f} of ${float(r.get('max_cost_usd') or 0):.2f}"
                       + (f"  (continues {parent})" if parent else "")
                       + (f"  children: {', '.join(c['run_id'] for c in r['children'])}" if r["children"] else ""),
-                      highlight=False)
+                      highlight=False, soft_wrap=True)
     if not rows:
         console.print("no runs recorded")
 
@@ -51,11 +51,11 @@ def finetune_status(run_id: str = RUN_ID):
     _print_json(report)
     if report["quarantined"]:
         err_console.print(f"[red]quarantined[/] {run_id}: {report['quarantined'].get('reason')}: "
-                          f"{report['quarantined'].get('message')}", highlight=False)
+                          f"{report['quarantined'].get('message')}", highlight=False, soft_wrap=True)
     elif report["phase"] == "stopped":
         last = report["checkpoints"][-1] if report["checkpoints"] else None
         err_console.print(f"stopped {run_id}" + (f" at checkpoint step {last['step']}" if last else ""),
-                          highlight=False)
+                          highlight=False, soft_wrap=True)
 
 
 @finetune_app.command("logs")
@@ -89,7 +89,7 @@ def finetune_stop(run_id: str = RUN_ID,
     result = runs.stop(run_id, wait=not no_wait, timeout_s=timeout)
     if not result["requested"]:
         err_console.print(f"{run_id}: no stop requested ({result.get('message') or 'the job is not running'})",
-                          highlight=False)
+                          highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     if no_wait:
         console.print(f"stop requested for {run_id}; `finetune status {run_id}` shows when it has stopped")
@@ -97,15 +97,15 @@ def finetune_stop(run_id: str = RUN_ID,
     record = result["record"]
     if record.get("phase") != "stopped":
         err_console.print(f"[red]{record.get('phase')}[/] {run_id}: the job ended {result.get('state')} rather than "
-                          f"stopped: {record.get('error') or ''}", highlight=False)
+                          f"stopped: {record.get('error') or ''}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
     point = result.get("checkpoint")
     console.print(f"stopped {run_id}; " + (f"checkpoint {_checkpoint_line(point)}; in {record['output']}" if point
                                            else "no checkpoint was saved")
-                  + f"; spent ${float(record.get('spend_usd') or 0):.4f}", highlight=False)
+                  + f"; spent ${float(record.get('spend_usd') or 0):.4f}", highlight=False, soft_wrap=True)
     if point:
         console.print(f"continue it with: stateset-agents finetune prepare-resume {run_id} --checkpoint "
-                      f"{point['step']} --workspace DIR --mode exact", highlight=False)
+                      f"{point['step']} --workspace DIR --mode exact", highlight=False, soft_wrap=True)
 
 
 @finetune_app.command("cancel")
@@ -126,7 +126,7 @@ def finetune_checkpoints(run_id: str = RUN_ID, as_json: bool = typer.Option(Fals
     if as_json:
         return _print_json(rows)
     for row in rows:
-        console.print(_checkpoint_line(row), highlight=False)
+        console.print(_checkpoint_line(row), highlight=False, soft_wrap=True)
     if not rows:
         console.print(f"{run_id} has no checkpoints (yet)")
 
@@ -155,4 +155,4 @@ def finetune_prepare_resume(
     where = f" from checkpoint {checkpoint}" if checkpoint is not None else ""
     console.print(f"{plan['_mode_name']} of {run_id}{where}: plan {plan['run_id']} written to "
                   f"{workspace / 'plan.json'}; cap ${plan['max_cost_usd']:.2f} ({plan['_cap_source']}); launch it "
-                  f"with: stateset-agents finetune launch {workspace}", highlight=False)
+                  f"with: stateset-agents finetune launch {workspace}", highlight=False, soft_wrap=True)
