@@ -83,13 +83,21 @@ def _wait_for(provider, run_id: str, states: tuple[str, ...], seconds: float = 6
 
 
 def _gone(pid: int, within: float = 10.0) -> bool:
-    """The process has exited and been reaped within `within` seconds (a loaded machine reaps a killed child late)."""
+    """The process has exited within `within` seconds (a loaded machine reaps a killed child late). A zombie has
+    exited: it waits only for its parent (this process, whose last status poll may have come just before the end)."""
     deadline = time.monotonic() + within
     while True:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
+        stat = Path(f"/proc/{pid}/stat")
+        try:
+            if stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return True
+        except FileNotFoundError:  # gone between the two looks (or no /proc: then only os.kill can tell)
+            if Path("/proc").is_dir():
+                return True
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
