@@ -53,7 +53,7 @@ def test_rl_from_an_sft_parent_records_the_parent_and_resumes_exactly(tiny_model
     assert manifest["parent"]["run_id"] == parent_manifest["run_id"]
     assert manifest["parent"]["adapter_sha256"] == sha256_file(parent / "adapter" / "adapter_model.safetensors")
     assert manifest["parent"]["manifest_sha256"] == sha256_file(parent / "manifest.json")
-    assert manifest["schema_version"] == 2
+    assert manifest["schema_version"] == 3
 
     # the parent's weights were the start: the same run from a fresh LoRA ends elsewhere
     fresh = request(tiny_model_dir, tmp_path, tmp_path / "fresh", eval_prompts=str(validation))

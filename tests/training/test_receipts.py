@@ -153,3 +153,71 @@ def test_verify_receipts(tmp_path):
     assert ck.verify_receipts(run, {"committed_updates": 2}) == []
     assert ck.verify_receipts(run, manifest) == [
         "receipts.jsonl is missing or empty, but the manifest counts receipts"]
+
+
+# ------------------------------------------------------------------------------------------ on real runs
+def _lineage(capsys, run):
+    from stateset_agents.cli import main
+
+    rc = main(["lineage", "--json", str(run)])
+    out = capsys.readouterr().out
+    return rc, json.loads(out)[0]
+
+
+def test_a_run_writes_receipts_that_lineage_verifies(make_trainer, tmp_path, capsys):
+    pytest.importorskip("torch")
+    run = tmp_path / "run"
+    make_trainer("grpo", run, steps=3).train()
+    receipts = ck.read_receipts(run)
+    assert [(r["step"], r["committed"], r["phase"]) for r in receipts] == [(s, True, "policy") for s in (1, 2, 3)]
+    assert len({r["batch_sha256"] for r in receipts}) == 3 and len({r["update_sha256"] for r in receipts}) == 3
+    assert receipts[0]["prev_sha256"] is None
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["schema_version"] == 3 and manifest["committed_updates"] == 3
+    assert manifest["receipts"]["committed"] == 3 and manifest["receipts"]["attempted"] == 3
+    # the last receipt's update digest is the final adapter, hashed from the file without torch
+    assert ck.safetensors_digest(run / ck.ADAPTER_WEIGHTS) == receipts[-1]["update_sha256"]
+    rc, chain = _lineage(capsys, run)
+    assert rc == 0 and chain["ok"] and chain["receipts"]["verified"] is True
+    assert chain["receipts"]["committed"] == 3 and chain["receipts"]["state"] == "completed"
+    # each checkpoint records what an exact continuation needs
+    state = json.loads((run / "checkpoints" / "step-000002" / "state.json").read_text())
+    assert state["learner_state"] == list(ck.LEARNER_STATE) and state["committed_updates"] == 2
+    assert set(state["files"]) == {"training_state.pt", ck.ADAPTER_WEIGHTS, "adapter/adapter_config.json",
+                                   "adapter/README.md"}
+    assert set(state["code"]) == {"stateset-agents", "trainer_plugin", "torch", "transformers", "peft"}
+    assert ck.safetensors_digest(run / "checkpoints" / "step-000002" / ck.ADAPTER_WEIGHTS) == \
+        receipts[1]["update_sha256"]
+    assert [r["complete"] for r in ck.checkpoint_table(run)] == [True, True]
+
+    lines = (run / ck.RECEIPTS_FILE).read_bytes().splitlines()
+    edited = lines[1].replace(b'"committed":true', b'"committed":false')
+    (run / ck.RECEIPTS_FILE).write_bytes(b"\n".join([lines[0], edited, lines[2]]) + b"\n")
+    rc, chain = _lineage(capsys, run)
+    assert rc == 4 and chain["receipts"]["verified"] is False
+    messages = [p["message"] for p in chain["problems"] if p["path"].endswith(ck.RECEIPTS_FILE)]
+    assert any("chain breaks" in m for m in messages) and any("2 committed receipts" in m for m in messages)
+    (run / ck.RECEIPTS_FILE).write_bytes(b"\n".join(lines[:2]) + b"\n")  # the last line dropped
+    rc, chain = _lineage(capsys, run)
+    assert rc == 4 and any("not the one the manifest cites" in p["message"] for p in chain["problems"])
+
+
+def test_sft_and_resumed_runs_keep_one_receipt_per_committed_update(make_trainer, tmp_path):
+    import threading
+
+    run, full = tmp_path / "run", tmp_path / "full"
+    make_trainer("sft", full, steps=3, save_every=1).train()
+    stop = threading.Event()
+    trainer = make_trainer("sft", run, steps=3, save_every=1)
+    trainer.engine._stop = stop
+    for e in trainer.events():
+        if e["type"] == "metrics" and e["step"] == 2:
+            stop.set()
+    with open(run / ck.RECEIPTS_FILE, "ab") as f:
+        f.write(b'{"step": 3, "committ')  # a kill mid-line: dropped on resume, the chain continues
+    make_trainer("sft", run, steps=3, save_every=1, resume=True).train()
+    ours, theirs = ck.read_receipts(run), ck.read_receipts(full)
+    assert [r["step"] for r in ours] == [1, 2, 3]
+    assert [r["batch_sha256"] for r in ours] == [r["batch_sha256"] for r in theirs]
+    assert [r["update_sha256"] for r in ours] == [r["update_sha256"] for r in theirs]
+    assert ck.verify_receipts(run, json.loads((run / "manifest.json").read_text())) == []

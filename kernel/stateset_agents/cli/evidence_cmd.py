@@ -322,6 +322,18 @@ def _print_chain(chain: dict[str, Any], max_rows: int) -> None:
     if totals:
         out(f"     eval: base {_fmt(totals.get('base_mean'))} -> adapter {_fmt(totals.get('candidate_mean'))} over "
             f"{totals.get('cases')} cases")
+    receipts = chain.get("receipts")
+    if receipts:  # a run directory: its update receipts and whether it is quarantined
+        out(f"     receipts: {receipts['committed']} committed of {receipts['attempted']} attempted updates "
+            f"{mark[receipts['verified']]}; state {receipts['state']}")
+        held = receipts.get("quarantine")
+        if held:
+            out(f"     [red]QUARANTINED[/] ({held.get('reason')} at update {held.get('step')}, last good checkpoint "
+                f"{held.get('last_good_checkpoint')}): never deployed, nominated or gated; `train --reload`")
+        for old in receipts.get("resolved") or []:
+            res = old.get("resolution") or {}
+            out(f"     quarantine resolved: {old.get('reason')} at update {old.get('step')} -> reloaded "
+                f"{res.get('checkpoint')}")
     promotion = chain.get("promotion")
     out("     promotion: " + ("none" if promotion is None else "promoted" if promotion.get("promoted") else
                              f"not promoted ({', '.join(promotion.get('failed_conditions') or [])})"))

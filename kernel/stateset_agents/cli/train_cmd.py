@@ -63,6 +63,9 @@ def train(
                                              help="Checkpoint every N committed updates (default 10)."),
     config: Optional[Path] = typer.Option(None, "--config", help="YAML/JSON file of objective fields."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --output from its last checkpoint."),
+    reload: bool = typer.Option(False, "--reload",
+                                help="Continue a quarantined run (RUN/quarantine.json) from its latest complete "
+                                     "checkpoint, every file verified against its sha256 first."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run already in --output."),
     drop_overlap: bool = typer.Option(False, "--drop-overlap",
                                       help="Drop training rows whose prompt matches a held-out case (recorded in "
@@ -93,7 +96,7 @@ def train(
     request = {"dataset": str(dataset), "reward": reward, "reward_config": reward_config, "reward_runtime": runtime,
                "base_model": base_model, "eval_prompts": str(eval_prompts) if eval_prompts else None,
                "output": str(output), "steps": steps, "seed": seed, "save_every": save_every,
-               "config": config_values, "resume": resume, "overwrite": overwrite,
+               "config": config_values, "resume": resume, "overwrite": overwrite, "reload": reload,
                "drop_overlap": drop_overlap, "init_adapter": str(init_adapter) if init_adapter else None,
                "eval": eval_protocol(samples, eval_temperature, eval_max_new_tokens,
                                      allow_truncation=allow_truncation)}
@@ -129,6 +132,8 @@ def train(
             err_console.print(f"[yellow]stopped:[/] {message} (same flags plus --resume, without --overwrite)",
                               highlight=False)
             raise typer.Exit(130)
+        if last.get("reason") == "quarantined":  # never a plain failure: --resume is refused until --reload
+            raise StatesetError(f"training quarantined: {message}")
         raise StatesetError(f"training failed: {message}")
     _summary(output, last, first_reward, last_reward)
 

@@ -21,6 +21,7 @@ from typing import Any
 from ..core._version import __version__
 from ..core.errors import InputError, StatesetError
 from ..core.jsonio import load_json, sha256_file, write_json
+from ..plugin_api.checkpoints import refuse_quarantined
 from ..plugin_api.lineage import seal, seal_problem
 from .lineage import ADAPTER_WEIGHTS, ENTRY, MANIFEST, PROMOTION, trace
 
@@ -53,6 +54,7 @@ def deploy(run: str | Path, registry: str | Path, *, name: str | None = None, fo
     run, registry = Path(run), Path(registry)
     if not (run / MANIFEST).exists():
         raise InputError("not a run directory (no manifest.json)", path=str(run))
+    refuse_quarantined(run, "deployed")  # not even with --force
     manifest = load_json(run / MANIFEST)
     if manifest.get("status") != "completed" or not (run / ADAPTER_WEIGHTS).exists():
         raise InputError("the run did not complete with an adapter; nothing to deploy", path=str(run))

@@ -25,6 +25,7 @@ from ..core._version import __version__
 from ..core.errors import InputError, PluginError
 from ..core.jsonio import digest, load_json, sha256_file, write_json
 from ..plugin_api import stats
+from ..plugin_api.checkpoints import refuse_quarantined
 from ..plugin_api.lineage import seal
 from ..plugin_api.splits import TEST, file_role
 from .lineage import MANIFEST, PROMOTION
@@ -45,6 +46,7 @@ def _configuration(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
 def _read_run(path: Path) -> dict[str, Any]:
     manifest_path = path / MANIFEST
+    refuse_quarantined(path, "gated")
     manifest = load_json(manifest_path)
     if manifest.get("status") != "completed":
         raise InputError(f"the run did not complete (status {manifest.get('status')!r}); only completed runs can "

@@ -4,10 +4,14 @@
     eval summary, promotion) -> dataset sha256 -> each training row -> conversation id -> log file sha256 and line
 
 A target is a run directory (`train --output`) or a registry entry (`deploy --to`); both hold manifest.json and
-adapter/. Any digest that does not match (adapter weights, manifest, promotion.json, dataset, a source log, a file
-a registry entry lists) is a *problem* naming the file; `lineage` exits non-zero on any problem. Files that are
-simply not on this machine (a dataset or log elsewhere) are *warnings*: they cannot be checked, but nothing
-contradicts the record.
+adapter/. In a run directory the update receipts (receipts.jsonl) are verified against the manifest (their count
+is its committed updates, the steps run 1..n, the chain is intact, the final adapter is the last committed
+update), and a quarantine (quarantine.json) is shown.
+
+Any digest that does not match (adapter weights, manifest, promotion.json, dataset, a source log, a file a
+registry entry lists, a receipt) is a *problem* naming the file; `lineage` exits non-zero on any problem. Files
+that are simply not on this machine (a dataset or log elsewhere) are *warnings*: they cannot be checked, but
+nothing contradicts the record; a quarantine is a warning too (the record is consistent, the run unfinished).
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ from typing import Any, Iterable, Mapping
 
 from ..core.errors import InputError, StatesetError
 from ..core.jsonio import load_json, read_jsonl, sha256_file
+from ..plugin_api.checkpoints import RECEIPTS_FILE, quarantine, quarantine_history, read_receipts, run_state
+from ..plugin_api.checkpoints import committed_receipts, verify_receipts
 from ..plugin_api.lineage import base_model_reference, seal_problem
 
 MANIFEST = "manifest.json"
@@ -132,6 +138,29 @@ def _check_entry(directory: Path, lineage: Lineage) -> dict[str, Any] | None:
     return {key: entry.get(key) for key in ("name", "deployed_at", "forced", "force_reason", "run")}
 
 
+def _check_receipts(directory: Path, manifest: Mapping[str, Any], lineage: Lineage) -> dict[str, Any] | None:
+    """The receipts' verification, the run's state and its quarantine (current and resolved), in a run directory
+    (a registry entry holds no receipts: they were verified when it was deployed)."""
+    if lineage.kind != "run":
+        return None
+    path = directory / RECEIPTS_FILE
+    for problem in verify_receipts(directory, manifest):
+        lineage.problem(path, problem)
+    receipts = read_receipts(directory)
+    try:
+        record = quarantine(directory)
+    except InputError as exc:
+        lineage.problem(directory, exc.detail)
+        record = None
+    if record is not None:
+        lineage.warn(directory, f"the run is quarantined ({record.get('reason')} at update {record.get('step')}): "
+                                f"{record.get('message')}")
+    return {"path": str(path), "attempted": len(receipts),
+            "committed": len(committed_receipts(receipts)),
+            "verified": None if not receipts else not any(p["path"] == str(path) for p in lineage.problems),
+            "state": run_state(directory), "quarantine": record, "resolved": quarantine_history(directory)}
+
+
 def _resolve(recorded: str | None, anchor: Path) -> Path | None:
     """A path as the manifest recorded it (relative to where the step ran), else relative to the target's
     parent."""
@@ -184,6 +213,7 @@ def trace(target: str | Path) -> Lineage:
     lineage.chain["adapter"] = {"path": str(adapter_path), "sha256": adapter.get("sha256"),
                                 "verified": _check_file(adapter_path, adapter.get("sha256"), lineage, "adapter")}
     lineage.chain["manifest"] = summary
+    lineage.chain["receipts"] = _check_receipts(directory, manifest, lineage)
     lineage.chain["promotion"] = _check_promotion(directory, summary["sha256"], lineage)
     lineage.chain["deployment"] = deployment
     dataset = manifest.get("dataset") or {}

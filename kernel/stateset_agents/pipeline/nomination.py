@@ -17,6 +17,7 @@ import orjson
 
 from ..core.errors import InputError
 from ..core.jsonio import dumps_line, load_json, sha256_file, write_json
+from ..plugin_api.checkpoints import refuse_quarantined
 from .lineage import MANIFEST
 
 NOMINATION, LEDGER, TEST_DIR = "nomination.json", "test_looks.jsonl", "test"
@@ -48,6 +49,7 @@ def _completed_manifest(run: Path) -> dict[str, Any]:
     path = run / MANIFEST
     if not path.is_file():
         raise InputError("not a run directory (no manifest.json)", path=str(run))
+    refuse_quarantined(run, "nominated")
     manifest = load_json(path)
     if manifest.get("status") != "completed":
         raise InputError(f"the run did not complete (status {manifest.get('status')!r})", path=str(run))

@@ -15,6 +15,7 @@ import orjson
 
 from ..core.errors import InputError
 from ..core.jsonio import load_json, write_text
+from ..plugin_api.checkpoints import quarantine, run_state
 from ..plugin_api.evidence import add_statistics
 from .lineage import MANIFEST, trace
 from ..formatting import fmt as _fmt
@@ -179,6 +180,7 @@ def _lineage(run: Path) -> str:
              ("base model", manifest.get("base_model")), ("base model revision", manifest.get("base_model_revision")),
              ("seed", manifest.get("seed")), ("config digest", manifest.get("config_digest")),
              ("committed updates", manifest.get("committed_updates")),
+             ("receipts", _receipts_line(chain.get("receipts"))),
              ("dataset", f"{dataset.get('path')} ({dataset.get('rows')} rows, sha256 {dataset.get('sha256')})"),
              ("source logs", ", ".join(f"{p} ({len(s.get('lines') or [])} lines)"
                                        for p, s in (chain.get("sources") or {}).items()) or "none recorded"),
@@ -189,6 +191,26 @@ def _lineage(run: Path) -> str:
     return (verdict + '<table id="lineage">' + "".join(f"<tr><th>{_esc(k)}</th><td><code>{_esc(v)}</code></td></tr>"
                                                       for k, v in items) + "</table>" +
             (f"<p>Not verified here:</p><ul>{warnings}</ul>" if warnings else ""))
+
+
+def _receipts_line(receipts: Mapping[str, Any] | None) -> str:
+    if not receipts:
+        return "none (a registry entry or a run from before receipts)"
+    mark = {True: "verified", False: "BROKEN", None: "none written"}[receipts.get("verified")]
+    return f"{receipts.get('committed')} committed of {receipts.get('attempted')} attempted updates ({mark})"
+
+
+def _quarantine_banner(run: Path, manifest: Mapping[str, Any]) -> str:
+    """A quarantined run says so before anything else: its numbers are not a finished run's."""
+    record = quarantine(run)
+    if record is None and manifest.get("status") != "quarantined":
+        return ""
+    record = record or manifest.get("quarantine") or manifest.get("failure") or {}
+    return (f'<p class="bad" id="quarantine">QUARANTINED: {_esc(record.get("reason") or record.get("cause"))} at '
+            f'update {_esc(record.get("step"))}: {_esc(record.get("message"))}. Last good checkpoint: '
+            f'{_esc(record.get("last_good_checkpoint", record.get("last_checkpoint_step")))}. A quarantined run is '
+            "never deployed, nominated or gated; <code>train --reload</code> with the run's flags restores its "
+            "latest complete checkpoint, verified, and finishes it.</p>")
 
 
 def render_report(run: str | Path) -> str:
@@ -210,7 +232,7 @@ def render_report(run: str | Path) -> str:
     title = f"run {manifest.get('run_id', '')[:12]}: {manifest.get('algorithm')}"
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{_esc(title)}</title><style>{_STYLE}</style></head><body>"
-            f"<h1>{_esc(title)}</h1><p>status {_esc(manifest.get('status'))}, "
+            f"<h1>{_esc(title)}</h1>{_quarantine_banner(run, manifest)}<p>status {_esc(run_state(run))}, "
             f"{_esc(manifest.get('committed_updates'))} committed updates, seed {_esc(manifest.get('seed'))}</p>"
             f"<h2>Training</h2><div class=\"plots\">{plots[0]}{plots[1]}</div>"
             f"<h2>Held-out evaluation</h2><div class=\"plots\">{plots[2]}</div>{_statistics(evaluation)}"

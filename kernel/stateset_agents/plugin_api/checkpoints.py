@@ -187,6 +187,30 @@ def quarantine_history(run_dir: str | Path) -> list[dict[str, Any]]:
     return [load_json(p) for p in sorted(run_dir.glob(f"{RESOLVED_PREFIX}*.json"))]
 
 
+class RunQuarantined(InputError):
+    """A quarantined run asked to be deployed, nominated, gated or resumed."""
+
+
+def refuse_quarantined(run_dir: str | Path, doing: str) -> None:
+    """Raise RunQuarantined when the run is quarantined (RUN/quarantine.json, or a manifest that says so):
+    `doing` says what was refused ("deployed", "nominated", "gated")."""
+    run_dir = Path(run_dir)
+    record = quarantine(run_dir)
+    if record is None:
+        manifest_path = run_dir / "manifest.json"
+        try:
+            manifest = load_json(manifest_path) if manifest_path.is_file() else {}
+        except InputError:
+            manifest = {}
+        if not (isinstance(manifest, dict) and manifest.get("status") == "quarantined"):
+            return
+        record = manifest.get("quarantine") or manifest.get("failure") or {}
+    raise RunQuarantined(f"the run is quarantined ({record.get('reason') or record.get('cause')} at update "
+                         f"{record.get('step')}: {record.get('message')}); a quarantined run is never {doing}. "
+                         "`train --reload` with the run's flags restores its latest complete checkpoint, verified, "
+                         "and finishes it", path=str(run_dir / QUARANTINE_FILE))
+
+
 def run_state(run_dir: str | Path) -> str:
     """One of RUN_STATES: quarantined while quarantine.json is present; else what the manifest records (an old
     manifest's "failed" with reason "interrupted" is "stopped"); else running when the run has started (no final
@@ -280,7 +304,12 @@ def verify_receipts(run_dir: str | Path, manifest: Mapping[str, Any] | None) -> 
                         f"{str(recorded.get('last_sha256'))[:12]}...): lines were added or dropped at the end")
     adapter = run_dir / ADAPTER_WEIGHTS
     last = committed[-1] if committed else None
-    if manifest.get("adapter") and adapter.is_file() and last and last.get("update_sha256"):
+    recorded_adapter = (manifest.get("adapter") or {}).get("sha256") if isinstance(manifest.get("adapter"), Mapping) \
+        else None
+    # a file that differs from the manifest's sha256 is that check's problem; this one asks whether the adapter
+    # the manifest records is the last committed update
+    as_recorded = adapter.is_file() and (recorded_adapter is None or sha256_file(adapter) == recorded_adapter)
+    if manifest.get("adapter") and as_recorded and last and last.get("update_sha256"):
         actual = safetensors_digest(adapter)
         if actual != last["update_sha256"]:
             problems.append(f"the final adapter's update digest {actual[:12]}... is not the last committed "

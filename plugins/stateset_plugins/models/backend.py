@@ -599,6 +599,20 @@ class LocalTorchBackend:
             raise ValueError(f"adapter in {directory} does not fit this model: unexpected {unexpected[:3]}")
         self.policy_version += 1
 
+    def update_digest(self) -> dict[str, str]:
+        """The trainable weights' digests (`plugin_api.checkpoints.tensors_digest`): "adapter" over the tensors
+        `save_adapter` writes, with their saved names, so it equals the saved file's `safetensors_digest`, and
+        "value_head" when there is one. Taken after each update for its receipt; a LoRA adapter hashes in
+        milliseconds."""
+        from peft import get_peft_model_state_dict
+
+        from stateset_agents.plugin_api.checkpoints import tensors_digest
+
+        out = {"adapter": tensors_digest(_entries(get_peft_model_state_dict(self.model)))}
+        if self.value_head is not None:
+            out["value_head"] = tensors_digest(_entries(self.value_head.state_dict()))
+        return out
+
     def training_state(self):
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
         if self.value_head is not None:
@@ -614,3 +628,17 @@ class LocalTorchBackend:
                 raise ValueError("the checkpoint holds no value head, but this objective trains one")
             self.value_head.load_state_dict(state["value_head"])
             self.value_optimizer.load_state_dict(state["value_optimizer"])
+
+
+_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
+                       torch.int64: "I64", torch.int32: "I32", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def _entries(tensors: dict[str, torch.Tensor]) -> list[tuple[str, str, list[int], bytes]]:
+    """(name, safetensors dtype, shape, raw bytes) of each tensor, as a .safetensors file stores it."""
+    out = []
+    for name, t in tensors.items():
+        t = t.detach().to("cpu").contiguous()
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes()
+        out.append((name, _SAFETENSORS_DTYPES[t.dtype], list(t.shape), raw))
+    return out

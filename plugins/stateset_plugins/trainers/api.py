@@ -6,6 +6,9 @@ engine. `stateset_agents.training.NAME_trainer` exports each (see `Objective.pyt
                           config={"steps": 20}, output_dir="runs/grpo", eval_prompts="held_out.txt")
     summary = trainer.train()          # raises TrainingFailed if the run did not commit every update
 
+A run whose update or restore broke part-way is quarantined (`quarantine`): `TrainingFailed` with reason
+"quarantined", and `resume=True` is refused until `reload=True` restores the latest complete checkpoint.
+
 `events()` yields the same event stream the `trainer:*` components send (progress, metrics, checkpoint, log,
 then completed or failed).
 """
@@ -19,14 +22,17 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 from stateset_agents.core.errors import InputError, StatesetError
 from stateset_agents.core.jsonio import load_json, sha256_file, write_json
+from stateset_agents.plugin_api.checkpoints import (committed_receipts, latest_complete, quarantine as quarantined,
+                                                    read_receipts, verify_checkpoint)
 from stateset_agents.plugin_api.datasets import Dataset, load_dataset, load_eval_prompts
 from stateset_plugins.models.backend import LocalTorchBackend
 from stateset_plugins.models.evaluation import EvalProtocol, evaluate
 from stateset_plugins.models.rendering import ChatRenderer
 from stateset_plugins.models.seeding import seed_everything
 
+from . import quarantine
 from .engine import Engine
-from .manifest import write_manifest
+from .manifest import code_versions, write_manifest
 from .objectives import Objective, objective_class, objective_names
 from .parent import InitAdapter
 from .rundir import RunDir
@@ -44,6 +50,18 @@ class TrainingFailed(StatesetError):
     def __init__(self, event: Mapping[str, Any]):
         self.event = dict(event)
         super().__init__(f"training failed ({event.get('reason')}): {event.get('message')}")
+
+
+class Quarantined(TrainingFailed):
+    """A restore that failed after part of the checkpoint was loaded (raised by the constructor; the run is
+    recorded as quarantined); `train_run` turns it into its failed event."""
+
+    def __init__(self, failure: Mapping[str, Any]):
+        super().__init__({"type": "failed", **failure})
+
+
+#: A manifest's status for an engine failure: a stop request saved a checkpoint; a partial update is quarantined.
+_STATUS = {"interrupted": "stopped", "quarantined": "quarantined"}
 
 
 def make_config(objective: Objective | type[Objective], config: Any):
@@ -73,7 +91,7 @@ class BaseTrainer:
                  eval_prompts=None, resume: bool = False, overwrite: bool = False, base_model_info=None,
                  backend=None, handle_signals: bool = False, stop: threading.Event | None = None,
                  drop_overlap: bool = False, eval_protocol: EvalProtocol | Mapping[str, Any] | None = None,
-                 validate_checkpoints: bool = True, init_adapter: str | None = None):
+                 validate_checkpoints: bool = True, init_adapter: str | None = None, reload: bool = False):
         self.objective = self.objective_class()
         self.config = make_config(self.objective, config)
         if dataset is None:
@@ -99,12 +117,13 @@ class BaseTrainer:
             self.dataset.rows, self.split_isolation = isolate_training_rows(
                 self.dataset.rows, self.cases, drop=drop_overlap, dataset_path=self.dataset.path)
         self.run_dir = RunDir(output_dir) if output_dir else None
-        if resume and self.run_dir is None:
-            raise InputError("resume needs an output directory")
+        if (resume or reload) and self.run_dir is None:
+            raise InputError(f"{'reload' if reload else 'resume'} needs an output directory")
         if self.run_dir:
-            self.run_dir.prepare(resume=resume, overwrite=overwrite)
+            self.run_dir.prepare(resume=resume, overwrite=overwrite, reload=reload)
         self.reward = self._make_reward(reward)
         self.run_id = uuid.uuid4().hex
+        self._log: list[str] = []  # what the constructor did that the event stream reports first
         self.started_at = time.time()
         seed_everything(self.config.seed)  # before the LoRA weights are initialised
         value_head = self.objective.value_head
@@ -125,8 +144,8 @@ class BaseTrainer:
                                               self.eval_split, self.eval_sha256)
                           if self.cases and self.reward is not None and validate_checkpoints and self.run_dir
                           else None)
-        if resume:
-            self._resume()
+        if resume or reload:
+            self._resume(reload=reload)
         elif self.parent:
             self.parent.load_into(self.backend)
 
@@ -148,8 +167,15 @@ class BaseTrainer:
                 "base_model": self.base_model_info,
                 "init_adapter_sha256": self.parent.adapter_sha256 if self.parent else None}
 
-    def _resume(self) -> None:
-        path = self.run_dir.latest_checkpoint()
+    def _resume(self, *, reload: bool = False) -> None:
+        """Continue from the latest checkpoint (reload: the latest complete one, every file verified against its
+        sha256 before anything is loaded). A load that fails part-way quarantines the run."""
+        verified = None
+        if reload:
+            path = latest_complete(self.run_dir.path)
+            verified = verify_checkpoint(path)
+        else:
+            path = self.run_dir.latest_checkpoint()
         state = load_json(path / "state.json")
         saved = {k: state.get(k) for k in ("algorithm", "config", "dataset_sha256", "dataset_rows", "base_model",
                                            "init_adapter_sha256")}
@@ -161,11 +187,17 @@ class BaseTrainer:
             raise InputError(f"cannot resume from {path}: the run differs from the checkpoint's ("
                              + "; ".join(lines) + "). Use the checkpoint's settings, or --overwrite to start over",
                              path=str(self.run_dir.path))
-        RunDir.load_checkpoint(path, self.backend)
+        try:
+            RunDir.load_checkpoint(path, self.backend)
+        except Exception as exc:  # noqa: BLE001 - the model or optimizer may hold part of the checkpoint now
+            self._restore_failed(path, state, exc)
         self.engine.restore(state)
         self.run_id = state.get("run_id", self.run_id)
         self.started_at = state.get("started_at", self.started_at)
+        if reload:
+            self._resolve(path, verified)
         self.run_dir.truncate_metrics(self.engine.step)
+        self.engine.receipts.truncate(self.engine.step)
         truncate_records(self.run_dir.path, self.engine.step)
         records = read_records(self.run_dir.path)
         if self.validator is not None and self.engine.step not in {r["step"] for r in records}:
@@ -175,11 +207,36 @@ class BaseTrainer:
         best = best_step(records)
         self.engine.protected_steps = {best} if best is not None else set()
 
+    def _restore_failed(self, path, state: Mapping[str, Any], exc: Exception) -> None:
+        good = latest_complete(self.run_dir.path)
+        last_good = int(good.name.split("-")[1]) if good is not None else None
+        message = f"loading checkpoint {state['step']} ({path.name}) failed part-way: {type(exc).__name__}: {exc}"
+        quarantine.record(self.run_dir.path, "restore", message, step=int(state["step"]), last_good=last_good,
+                          checkpoint=path.name)
+        failure = quarantine.failure("restore", message, committed=int(state["step"]), update=int(state["step"]),
+                                     last_good=last_good, run_path=self.run_dir.path, checkpoint=path.name)
+        self._write_manifest("quarantined", None, failure)
+        raise Quarantined(failure) from exc
+
+    def _resolve(self, path, verified: Mapping[str, Any]) -> None:
+        """After a verified reload: later checkpoints set aside, and the quarantine (if any) moved into the
+        history with what resolved it."""
+        step = int(verified["step"])
+        dropped = sum(1 for r in read_receipts(self.run_dir.path) if int(r.get("step", 0)) > step)
+        set_aside = quarantine.set_aside_after(self.run_dir.path, step)
+        moved = quarantine.resolve(self.run_dir.path, {"by": "reload", "checkpoint": path.name, "step": step,
+                                                       "files": verified["files"], "set_aside": set_aside,
+                                                       "receipts_dropped": dropped})
+        done = f"; quarantine resolved ({moved.name})" if moved else ""
+        self._log.append(f"reloaded checkpoint {step}: {len(verified['files'])} files verified{done}")
+
     def events(self) -> Iterator[dict[str, Any]]:
         cfg, engine = self.config, self.engine
+        for message in self._log:
+            yield {"type": "log", "message": message}
         yield {"type": "log", "message": f"{self.algorithm}: {cfg.steps} updates from step {engine.step}, "
                                          f"{len(self.dataset.rows)} rows"}
-        extra = {**self._identity(), "run_id": self.run_id, "started_at": self.started_at}
+        extra = {**self._identity(), "run_id": self.run_id, "started_at": self.started_at, "code": code_versions()}
         last_validated: dict[str, Any] | None = None
         for event in engine.run(extra):
             yield event
@@ -189,7 +246,7 @@ class BaseTrainer:
                                                  f"{last_validated['record']['candidate_mean']:.4f} (base "
                                                  f"{last_validated['record']['base_mean']:.4f})"}
         if engine.failure:
-            self._write_manifest("failed", None, engine.failure)
+            self._write_manifest(_STATUS.get(engine.failure["reason"], "failed"), None, engine.failure)
             yield {"type": "failed", **engine.failure}
             return
         eval_results = None
@@ -228,9 +285,15 @@ class BaseTrainer:
                      "checkpoints": records, "best_on_validation": best_step(records),
                      "note": "the final checkpoint is not automatically the best: `stateset-agents nominate RUN "
                              "--checkpoint K` records the one to test"}
+        receipts = read_receipts(self.run_dir.path)
+        committed = len(committed_receipts(receipts))  # counted from the receipts, which `lineage` verifies
+        receipt_summary = {"path": "receipts.jsonl", "committed": committed, "attempted": len(receipts),
+                           "last_sha256": self.engine.receipts.last_sha256(),
+                           "note": "committed_updates counts the committed receipts"}
         write_manifest(self.run_dir.path, run_id=self.run_id, status=status, algorithm=self.algorithm,
                        config=self.config, base_model=self.base_model_info, dataset=self.dataset,
-                       committed=self.engine.step, reward=identity, eval_summary=eval_summary, failure=failure,
+                       committed=committed, reward=identity, eval_summary=eval_summary, failure=failure,
+                       receipts=receipt_summary, quarantine=quarantined(self.run_dir.path),
                        started_at=self.started_at, split_isolation=self.split_isolation,
                        selection=selection, parent=self.parent.lineage() if self.parent else None)
 

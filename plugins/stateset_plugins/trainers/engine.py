@@ -4,6 +4,10 @@
 ``engine.failure``, never raised through) or a stop request (SIGINT/SIGTERM or `request_stop`), which finishes the
 current update, saves a checkpoint and records an ``interrupted`` failure that says how to resume. Completion is
 the caller's to announce, after the final adapter and evaluation are written.
+
+Every attempted update writes a receipt (`receipts`). A failure before backward changes nothing and fails the run;
+one from backward on (an exception, non-finite gradients), a failed receipt or a failed checkpoint write may leave
+a partial update, so the run is quarantined (`quarantine`): failure reason "quarantined", RUN/quarantine.json.
 """
 from __future__ import annotations
 
@@ -20,11 +24,21 @@ from stateset_agents.plugin_api.datasets import Dataset
 from stateset_plugins.models.batch import Batch, Sample, collate
 from stateset_plugins.models.rendering import ChatRenderer
 
+from . import quarantine
 from .data import Cursor
 from .integrity import check_batch
 from .objectives.common import zero_variance_groups
+from .receipts import Receipts, batch_digest
 from .rollout import IntegrityError, grade, multi_turn, single_turn
 from .rundir import RunDir
+
+
+class _Attempt:
+    """One update under way: its step, what it trains (the policy, or the value head in pre-training) and how far
+    it got ("batch", "backward", "step", "committed"): from "backward" on, a failure may leave a partial update."""
+
+    def __init__(self, step: int, kind: str = "policy"):
+        self.step, self.kind, self.phase, self.batch = step, kind, "batch", None
 
 
 class Engine:
@@ -44,6 +58,8 @@ class Engine:
         self._stop = stop or threading.Event()  # a component's cancel event plugs in here
         self._stop_reason = ""
         self._tb = _tensorboard(run_dir)
+        self.receipts = Receipts(run_dir.path) if run_dir else None
+        self._weights: dict[str, str] | None = None  # digests of the weights after the last committed update
 
     # --------------------------------------------------------------------------------------------- state
     def state(self, extra: dict[str, Any]) -> dict[str, Any]:
@@ -63,6 +79,7 @@ class Engine:
     def run(self, checkpoint_extra: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         cfg, obj = self.config, self.objective
         extra = checkpoint_extra or {}
+        self._weights = self._digest()
         with self._signals():
             if self.step == 0 and obj.value_pretrain_steps(cfg) > 0:
                 yield from self._pretrain_value()
@@ -73,15 +90,21 @@ class Engine:
                     yield from self._interrupt(extra)
                     return
                 started = time.perf_counter()
-                with self._failing_closed():
+                attempt = _Attempt(self.step + 1)
+                with self._failing_closed(attempt):
                     batch, info = self._make_batch()
+                    attempt.batch = batch_digest(batch)
                     check_batch(batch, self.backend.vocab_size, needs_behaviour=obj.rollout != "none",
                                 needs_reference=cfg.kl_coefficient() > 0)
                     t_update = time.perf_counter()
+                    attempt.phase = "backward"
                     stats = self.backend.forward_backward(
                         batch, lambda new, b, *v: obj.loss(new, b, cfg, *v), temperature=cfg.update_temperature(),
                         values=obj.value_head)
+                    attempt.phase = "step"
                     stats.update(self.backend.optimizer_step())
+                    attempt.phase = "committed"
+                    self._receipt(attempt)
                 if self.failure:
                     return
                 self.step += 1  # committed
@@ -94,7 +117,10 @@ class Engine:
                 yield {"type": "metrics", "step": self.step, "metrics": record}
                 yield {"type": "progress", "step": self.step, "total": cfg.steps}
                 if self.run_dir and (self.step % cfg.save_every == 0 or self.step == cfg.steps):
-                    yield self._checkpoint(extra)
+                    event = self._checkpoint(extra)
+                    if self.failure:
+                        return
+                    yield event
             if self._stop.is_set() and self.step < cfg.steps:
                 yield from self._interrupt(extra)
 
@@ -106,13 +132,19 @@ class Engine:
         cursor = Cursor(len(self.rows), cfg.seed)
         losses = []
         for k in range(obj.value_pretrain_steps(cfg)):
-            with self._failing_closed():
+            attempt = _Attempt(0, "value_pretrain")
+            with self._failing_closed(attempt):
                 batch, info = self._rl_batch(cursor, tag=f"v{k + 1}.")
+                attempt.batch = batch_digest(batch)
                 check_batch(batch, self.backend.vocab_size, needs_behaviour=True,
                             needs_reference=cfg.kl_coefficient() > 0)
+                attempt.phase = "backward"
                 stats = self.backend.forward_backward(batch, lambda new, b, v: obj.value_loss(v, b, cfg),
                                                       temperature=cfg.update_temperature(), values=True)
+                attempt.phase = "step"
                 stats.update(self.backend.optimizer_step(policy=False))
+                attempt.phase = "committed"
+                self._receipt(attempt, pretrain_step=k + 1)
             if self.failure:
                 return
             losses.append(stats["loss"])
@@ -123,16 +155,74 @@ class Engine:
                                          f"value loss {losses[0]:.4f} -> {losses[-1]:.4f}"}
 
     @contextlib.contextmanager
-    def _failing_closed(self) -> Iterator[None]:
-        """An update that breaks integrity or goes non-finite fails the run (the last good checkpoint stays);
-        the caller checks `self.failure` after the block."""
+    def _failing_closed(self, attempt: _Attempt) -> Iterator[None]:
+        """An update that breaks integrity or whose loss is not finite fails the run before anything changed (the
+        last good checkpoint stays); one that fails from backward on is quarantined. Other errors while the batch
+        is made propagate (nothing changed). The caller checks `self.failure` after the block."""
         try:
             yield
         except IntegrityError as exc:
+            self._receipt(attempt, failure="integrity")
             self._fail("integrity", str(exc), sample=exc.sample)
         except FloatingPointError as exc:
             _zero_grad(self.backend)
-            self._fail("non_finite_update", str(exc))
+            if attempt.phase == "step":  # gradients went non-finite: the value head may have stepped already
+                self._quarantine(attempt, "non_finite_gradient", str(exc))
+            else:  # the loss check, before backward
+                self._receipt(attempt, failure="non_finite_update")
+                self._fail("non_finite_update", str(exc))
+        except Exception as exc:  # noqa: BLE001 - a partial update must be recorded, whatever broke it
+            if attempt.phase == "batch":
+                raise
+            with contextlib.suppress(Exception):
+                _zero_grad(self.backend)
+            cause = "receipt_write" if attempt.phase == "committed" else "partial_update"
+            self._quarantine(attempt, cause, f"{type(exc).__name__} during {attempt.phase}: {exc}")
+
+    def _digest(self) -> dict[str, str]:
+        digest = getattr(self.backend, "update_digest", None)  # a hosted backend's weights are not here
+        return digest() if digest else {}
+
+    def _receipt(self, attempt: _Attempt, *, failure: str | None = None, **more) -> dict[str, Any]:
+        """The attempt's receipt: committed when `failure` is None (an error raises: the caller quarantines), else
+        uncommitted and written on a best-effort basis (the failure is reported whatever happens here)."""
+        committed = failure is None
+        try:
+            digests = self._digest()
+        except Exception:  # noqa: BLE001 - the weights of a broken update may not even hash
+            if committed:
+                raise
+            digests = {}
+        record = {"step": attempt.step, "phase": attempt.kind, "committed": committed,
+                  "batch_sha256": attempt.batch, "update_sha256": digests.get("adapter"), **more}
+        if "value_head" in digests:
+            record["value_head_sha256"] = digests["value_head"]
+        if not committed:
+            record.update(failure=failure, parameters_changed=(digests != self._weights) if digests else None)
+        if self.receipts:
+            try:
+                self.receipts.append(record)
+            except Exception:  # noqa: BLE001
+                if committed:
+                    raise
+        if committed:
+            self._weights = digests
+        return record
+
+    def _quarantine(self, attempt: _Attempt, cause: str, message: str) -> None:
+        more: dict[str, Any] = {"phase": attempt.phase, "batch_sha256": attempt.batch}
+        if attempt.phase != "checkpoint":
+            receipt = self._receipt(attempt, failure=cause)
+            more["parameters_changed"] = receipt["parameters_changed"]
+        if self.run_dir:
+            try:
+                quarantine.record(self.run_dir.path, cause, message, step=attempt.step,
+                                  last_good=self.last_checkpoint, committed_updates=self.step, **more)
+            except Exception as exc:  # noqa: BLE001 - still reported as quarantined, never as a plain failure
+                more["record_error"] = f"{type(exc).__name__}: {exc}"
+        self.failure = quarantine.failure(cause, message, committed=self.step, update=attempt.step,
+                                          last_good=self.last_checkpoint,
+                                          run_path=self.run_dir.path if self.run_dir else None, **more)
 
     def _fail(self, reason: str, message: str, **more) -> None:
         kept = self.last_checkpoint
@@ -141,14 +231,25 @@ class Engine:
 
     def _interrupt(self, extra) -> Iterator[dict[str, Any]]:
         if self.run_dir and self.last_checkpoint != self.step:
-            yield self._checkpoint(extra)
+            event = self._checkpoint(extra)
+            if self.failure:
+                return
+            yield event
         hint = "rerun the same command with --resume" if self.run_dir else "no output directory: nothing saved"
         self._fail("interrupted", f"{self._stop_reason or 'stopped'} after {self.step} of {self.config.steps} "
                                   f"updates; {hint}", resumable=bool(self.run_dir))
 
-    def _checkpoint(self, extra) -> dict[str, Any]:
-        path = self.run_dir.save_checkpoint(self.step, self.backend, self.state(extra), self.config.keep_checkpoints,
-                                            protect=self.protected_steps)
+    def _checkpoint(self, extra) -> dict[str, Any] | None:
+        """Save checkpoint `step`; a failed write quarantines the run (None, `self.failure` set)."""
+        try:
+            path = self.run_dir.save_checkpoint(self.step, self.backend, self.state(extra),
+                                                self.config.keep_checkpoints, protect=self.protected_steps)
+        except Exception as exc:  # noqa: BLE001 - whatever broke the write, the run may not go on as if saved
+            attempt = _Attempt(self.step)
+            attempt.phase = "checkpoint"
+            self._quarantine(attempt, "checkpoint_write", f"writing checkpoint {self.step} failed: "
+                                                          f"{type(exc).__name__}: {exc}")
+            return None
         self.last_checkpoint = self.step
         return {"type": "checkpoint", "step": self.step, "path": str(path)}
 

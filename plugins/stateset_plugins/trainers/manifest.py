@@ -10,8 +10,12 @@ from typing import Any
 from stateset_agents.core.jsonio import sha256_file, write_json
 from stateset_agents.plugin_api.lineage import seal
 
-#: 2: `selection` (validation of each checkpoint, the protocol) and `parent` (--init-adapter).
-SCHEMA_VERSION = 2
+#: 2: `selection` (validation of each checkpoint, the protocol) and `parent` (--init-adapter). 3: `receipts`
+#: (committed_updates counted from RUN/receipts.jsonl), `quarantine`, statuses "stopped" and "quarantined".
+SCHEMA_VERSION = 3
+#: completed: every update committed, the adapter written; stopped: a stop request saved a checkpoint (resumable);
+#: failed: nothing partial (the last checkpoint is good); quarantined: see RUN/quarantine.json.
+STATUSES = ("completed", "stopped", "failed", "quarantined")
 _PACKAGES = ("stateset-agents", "torch", "transformers", "peft", "safetensors", "numpy", "tokenizers")
 
 
@@ -23,6 +27,16 @@ def software_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def code_versions() -> dict[str, str | None]:
+    """What a checkpoint records as its code: the package, this trainer plugin, and the libraries that shape the
+    learner state (an exact continuation needs the same)."""
+    from ._version import VERSION
+
+    versions = software_versions()
+    return {"stateset-agents": versions["stateset-agents"], "trainer_plugin": VERSION, "torch": versions["torch"],
+            "transformers": versions["transformers"], "peft": versions["peft"]}
 
 
 def lineage(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -47,7 +61,10 @@ def write_manifest(run_path: Path, *, run_id: str, status: str, algorithm: str, 
                    dataset, committed: int, reward: dict | None, eval_summary: dict | None,
                    failure: dict | None = None, started_at: float | None = None,
                    split_isolation: dict | None = None, selection: dict | None = None,
-                   parent: dict | None = None) -> dict[str, Any]:
+                   parent: dict | None = None, receipts: dict | None = None,
+                   quarantine: dict | None = None) -> dict[str, Any]:
+    if status not in STATUSES:
+        raise ValueError(f"unknown run status {status!r}")
     adapter = run_path / "adapter" / "adapter_model.safetensors"
     manifest = {
         "schema_version": SCHEMA_VERSION,
@@ -62,6 +79,8 @@ def write_manifest(run_path: Path, *, run_id: str, status: str, algorithm: str, 
         "config_digest": config.digest(),
         "steps_requested": config.steps,
         "committed_updates": committed,
+        "receipts": receipts,
+        "quarantine": quarantine,
         "adapter": ({"path": "adapter", "sha256": sha256_file(adapter)} if adapter.exists() and status == "completed"
                     else None),
         "reward": reward,

@@ -3,7 +3,8 @@
 Request fields: ``algorithm``, ``dataset`` (path), ``reward`` (a reward component name), ``reward_config`` (dict;
 ``--policy`` arrives as ``{"policy": content}``), ``reward_runtime`` ("inprocess"), ``base_model`` (path, hub id,
 .gguf, or None for the offline default), ``eval_prompts`` (path), ``output`` (run directory), ``config`` (dict of
-objective fields), ``steps``/``seed``/``save_every`` (override ``config``), ``resume``, ``overwrite``,
+objective fields), ``steps``/``seed``/``save_every`` (override ``config``), ``resume``, ``overwrite``, ``reload``
+(resume a quarantined run from its latest complete checkpoint, verified),
 ``backend`` ({"kind": "river", "run_id", ...}: a hosted backend, see `models.hosted`; default: local torch),
 ``eval`` (the evaluation protocol: ``samples``, ``temperature``, ``max_new_tokens``, ``allow_truncation``; default
 greedy, see `models.evaluation.EvalProtocol`), ``validate_checkpoints`` (True: each checkpoint is evaluated on
@@ -63,8 +64,12 @@ def train_run(request: Mapping[str, Any], *, reward=None, stop: threading.Event 
               handle_signals: bool = False, objective=None) -> Iterator[dict[str, Any]]:
     """Yield the run's events; the last is `completed` or `failed` (errors become a `failed` event). The
     objective is ``request["algorithm"]``'s registered one unless given (a component passes itself)."""
+    from .api import Quarantined
+
     try:
         yield from _train(request, reward, stop, handle_signals, objective)
+    except Quarantined as exc:  # a restore that failed part-way: recorded, and the stream says so
+        yield exc.event
     except StatesetError as exc:
         yield {"type": "failed", "reason": "error", "message": str(exc)}
     except Exception as exc:  # noqa: BLE001 - a stream must end with completed or failed
@@ -97,8 +102,8 @@ def _train(request, reward, stop, handle_signals, objective) -> Iterator[dict[st
         from .parent import InitAdapter
 
         InitAdapter.open(request["init_adapter"])
-    resume, overwrite = bool(request.get("resume")), bool(request.get("overwrite"))
-    RunDir(request["output"]).check(resume=resume, overwrite=overwrite)  # before the model loads
+    resume, overwrite, reload = bool(request.get("resume")), bool(request.get("overwrite")), bool(request.get("reload"))
+    RunDir(request["output"]).check(resume=resume, overwrite=overwrite, reload=reload)  # before the model loads
     with _reward(request, reward, objective) as grader:
         yield {"type": "log", "message": f"loading base model {request.get('base_model') or '(offline default)'}"}
         backend = request.get("backend")
@@ -112,7 +117,7 @@ def _train(request, reward, stop, handle_signals, objective) -> Iterator[dict[st
         try:
             trainer = cls(model, tokenizer, reward=grader, dataset=dataset, config=config,
                           output_dir=request["output"], eval_prompts=eval_prompts, resume=resume,
-                          overwrite=overwrite, base_model_info=info, handle_signals=handle_signals,
+                          overwrite=overwrite, reload=reload, base_model_info=info, handle_signals=handle_signals,
                           stop=stop, drop_overlap=bool(request.get("drop_overlap")), backend=backend,
                           eval_protocol=protocol, init_adapter=request.get("init_adapter"),
                           validate_checkpoints=request.get("validate_checkpoints", True) is not False)

@@ -4,9 +4,11 @@
     RUN/checkpoints/step-000010/
         adapter/           the adapter at that committed update
         training_state.pt  optimizer, scheduler, RNG states (python, numpy, torch)
-        state.json         step, data cursor, config and its digest, dataset and base-model identity
+        state.json         step, data cursor, config and its digest, dataset and base-model identity, "files"
+                           (the sha256 of every file above), "learner_state" (what it holds), "code" (versions)
         validation_results.json  the checkpoint on the validation prompts (when train was given them)
     RUN/metrics.jsonl      one line per committed update
+    RUN/receipts.jsonl     one line per attempted update (`receipts`); RUN/quarantine.json while quarantined
     RUN/checkpoint_validation.jsonl  one line per validated checkpoint (`selection`)
     RUN/nomination.json, RUN/test_looks.jsonl, RUN/test/step-K/  the nominated checkpoint and its test looks
     RUN/eval_results.json, RUN/manifest.json
@@ -26,9 +28,11 @@ import torch
 
 from stateset_agents.core.errors import InputError
 from stateset_agents.core.jsonio import atomic_write, dumps_line, load_json, write_json
+from stateset_agents.plugin_api.checkpoints import (LEARNER_STATE, QUARANTINE_FILE, RECEIPTS_FILE, RESOLVED_PREFIX,
+                                                    checkpoint_files, latest_complete, quarantine)
 from stateset_plugins.models.seeding import rng_state, set_rng_state
 
-RUN_MARKERS = ("manifest.json", "checkpoints", "metrics.jsonl", "adapter")
+RUN_MARKERS = ("manifest.json", "checkpoints", "metrics.jsonl", "adapter", RECEIPTS_FILE, QUARANTINE_FILE)
 #: What a run writes besides its markers; --overwrite removes these too, so nothing of the old run survives.
 RUN_RECORDS = ("eval_results.json", "tensorboard", "checkpoint_validation.jsonl", "nomination.json",
                "test_looks.jsonl", "test")
@@ -43,22 +47,38 @@ class RunDir:
     def holds_run(self) -> bool:
         return any((self.path / m).exists() for m in RUN_MARKERS)
 
-    def check(self, *, resume: bool, overwrite: bool) -> None:
-        """Refuse to mix runs: an existing run needs --resume (continue it) or --overwrite (replace it)."""
-        if resume and overwrite:
-            raise InputError("--resume and --overwrite exclude each other", path=str(self.path))
+    def check(self, *, resume: bool, overwrite: bool, reload: bool = False) -> None:
+        """Refuse to mix runs: an existing run needs --resume (continue it) or --overwrite (replace it). A
+        quarantined run resumes only with --reload (the latest complete checkpoint, verified file by file)."""
+        if (resume or reload) and overwrite:
+            raise InputError(f"--{'reload' if reload else 'resume'} and --overwrite exclude each other",
+                             path=str(self.path))
+        if reload:
+            if latest_complete(self.path) is None:
+                raise InputError("--reload: no complete checkpoint (full learner state, every file matching its "
+                                 "recorded sha256) to restore; --overwrite starts the run over",
+                                 path=str(self.checkpoints))
+            return
+        record = quarantine(self.path) if resume else None
+        if record is not None:
+            raise InputError(f"the run is quarantined ({record.get('reason')} at update {record.get('step')}: "
+                             f"{record.get('message')}): its state may hold a partial update, so --resume is "
+                             "refused. Rerun the same command with --reload instead of --resume: it restores the "
+                             f"latest complete checkpoint after verifying every file (last good: "
+                             f"{record.get('last_good_checkpoint')})", path=str(self.path / QUARANTINE_FILE))
         if resume and self.latest_checkpoint() is None:
             raise InputError("--resume: no checkpoint to resume from (refusing to start fresh)", path=str(self.path))
         if not resume and not overwrite and self.holds_run():
             raise InputError("the output directory already holds a run; pass --resume to continue it or "
                              "--overwrite to replace it", path=str(self.path))
 
-    def prepare(self, *, resume: bool, overwrite: bool) -> None:
-        self.check(resume=resume, overwrite=overwrite)
-        if resume:
+    def prepare(self, *, resume: bool, overwrite: bool, reload: bool = False) -> None:
+        self.check(resume=resume, overwrite=overwrite, reload=reload)
+        if resume or reload:
             return
         if overwrite and self.holds_run():
-            for name in (*RUN_MARKERS, *RUN_RECORDS):
+            resolved = [p.name for p in self.path.glob(f"{RESOLVED_PREFIX}*.json")]
+            for name in (*RUN_MARKERS, *RUN_RECORDS, *resolved):
                 target = self.path / name
                 if target.is_dir():
                     shutil.rmtree(target)
@@ -87,8 +107,11 @@ class RunDir:
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
         backend.save_adapter(tmp / "adapter")
+        blob = {**backend.training_state(), "rng": rng_state()}
         with atomic_write(tmp / "training_state.pt") as f:
-            torch.save({**backend.training_state(), "rng": rng_state()}, f)
+            torch.save(blob, f)
+        state = {**state, "committed_updates": step, "learner_state": learner_state(blob, state),
+                 "files": checkpoint_files(tmp)}
         write_json(tmp / "state.json", state)  # written last: its presence marks a whole checkpoint
         if final.exists():
             shutil.rmtree(final)
@@ -100,6 +123,8 @@ class RunDir:
 
     @staticmethod
     def load_checkpoint(path: Path, backend) -> dict[str, Any]:
+        """Load a checkpoint into the backend and the RNGs: the adapter first, then the training state. A failure
+        after the adapter is loaded leaves a mixed state (the caller quarantines the run)."""
         state = load_json(path / "state.json")
         backend.load_adapter(path / "adapter")
         blob = torch.load(path / "training_state.pt", weights_only=False)  # our own file, written above
@@ -147,3 +172,16 @@ class RunDir:
             shutil.rmtree(final)
         os.replace(tmp, final)
         return final
+
+
+def learner_state(blob: dict[str, Any], state: dict[str, Any]) -> list[str]:
+    """Which parts of the learner a checkpoint holds (`plugin_api.checkpoints.LEARNER_STATE`, plus a value head): a
+    backend whose training state is its own (a hosted one) lists them under "learner_state"; otherwise the keys
+    say."""
+    declared = blob.get("learner_state")
+    held = ["adapter", *(declared if isinstance(declared, (list, tuple)) else
+                         [k for k in ("optimizer", "scheduler") if k in blob])]
+    held += ["rng"] if "rng" in blob else []
+    held += ["data_cursor"] if "cursor" in state else []
+    held += ["value_head"] if "value_head" in blob else []
+    return [k for k in dict.fromkeys(held) if k in LEARNER_STATE or k == "value_head"]
