@@ -252,6 +252,8 @@ def test_worker_final_states(tmp_path):
     assert worker.final_state(job, {"type": "completed"}, False)[0] == "succeeded"
     (job / "run" / "quarantine.json").write_text(json.dumps({"reason": "partial_update", "message": "boom"}))
     assert worker.final_state(job, {"type": "completed"}, False) == ("failed", "quarantined: partial_update")
+    (job / "run" / "quarantine.json").write_text("[1]")  # unreadable: still quarantined, never succeeded
+    assert worker.final_state(job, {"type": "completed"}, False)[0] == "failed"
 
 
 def test_pod_front_serves_logs_and_stop_to_its_token_only(tmp_path):

@@ -131,3 +131,21 @@ def test_cancel_terminates_and_books_the_spend(tiny_model, tmp_path, capsys):
     assert state.load_record(plan["run_id"])["phase"] == "cancelled"
     assert [r["outcome"] for r in state.read_ledger()] == ["cancelled"]
     assert main(["finetune", "stop", plan["run_id"]]) == 2  # over already: nothing to stop
+
+
+def test_a_run_quarantined_while_it_trains_ends_failed_never_succeeded(tiny_model, tmp_path):
+    full = _config(tmp_path, tiny_model)
+    with session.open_provider("local") as provider:
+        plan = session.prepare(full, tmp_path / "ws", provider)
+        session.launch(tmp_path / "ws", provider, output=tmp_path / "runs" / "q")
+        run = state.state_dir() / "local" / "jobs" / plan["run_id"] / "run"
+        for event in runs.logs(plan["run_id"], follow=True, provider=provider, poll_s=0.05):
+            if event["type"] == "checkpoint" and not (run / "quarantine.json").exists():
+                # what the trainer writes after a partial update; the worker must not report the run completed
+                (run / "quarantine.json").write_text(json.dumps({"reason": "partial_update", "step": event["step"],
+                                                                 "message": "injected by the test"}))
+        final = provider.status(plan["run_id"])
+        assert final["state"] == "failed" and final["quarantined"]["reason"] == "partial_update"
+        record = session.finish(plan["run_id"], provider, final, 0.0)
+    assert record["phase"] == "failed" and "quarantined: partial_update" in record["error"]
+    assert not (tmp_path / "runs" / "q" / "manifest.json").exists()  # nothing collected as if it had succeeded

@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import hmac
 import os
+import shutil
 import sys
 import threading
 import time
@@ -71,8 +72,6 @@ def place_resume(job: Path, config: dict[str, Any]) -> None:
     run = job / "run"
     run.mkdir(parents=True, exist_ok=True)
     if resume.get("mode") == "exact":
-        import shutil
-
         source = job / resume["checkpoint_dir"]
         target = run / "checkpoints" / source.name
         if not target.exists():
@@ -101,18 +100,28 @@ def _status(job: Path, **fields: Any) -> None:
     write_json(job / "status.json", {**current, **fields, "updated_at": time.time()})
 
 
+def _quarantine(run: Path) -> dict[str, Any] | None:
+    """The run's quarantine record; one that cannot be read still quarantines the run (fail closed)."""
+    from ..core.errors import InputError
+
+    try:
+        return ckpt.quarantine(run) if run.is_dir() else None
+    except InputError as exc:
+        return {"reason": "unreadable_quarantine_record", "message": str(exc)}
+
+
 def _refresh(job: Path, **fields: Any) -> None:
     """status.json with the run's checkpoint table and quarantine record as they are now."""
     run = job / "run"
-    _status(job, checkpoints=ckpt.checkpoint_table(run) if run.is_dir() else [],
-            quarantined=ckpt.quarantine(run) if run.is_dir() else None, **fields)
+    _status(job, checkpoints=ckpt.checkpoint_table(run) if run.is_dir() else [], quarantined=_quarantine(run),
+            **fields)
 
 
 def final_state(job: Path, final: dict[str, Any] | None, stop_requested: bool) -> tuple[str, str | None]:
     """(state, message): succeeded only for a completed, unquarantined run; stopped for an interruption the stop
     asked for (the engine saved a checkpoint); failed otherwise."""
     message = (final or {}).get("message")
-    quarantined = ckpt.quarantine(job / "run") if (job / "run").is_dir() else None
+    quarantined = _quarantine(job / "run")
     if quarantined:
         why = quarantined.get("reason") or quarantined.get("message") or "see run/quarantine.json"
         return "failed", f"quarantined: {why}"
