@@ -91,7 +91,9 @@ def _quote_first(full: dict[str, Any], provider, *, plan_only: bool) -> None:
     cap = check_cap_value(full["max_cost_usd"])
     quote = provider.quote(session.quote_request(full))  # needs no image: the price does not depend on it
     image = dict(quote.get("image") or {})
-    found, image_line = None, f"{image.get('name')} @ {image.get('digest')}"
+    found = None
+    image_line = (f"{image.get('name')} @ {image.get('digest')}" if image.get("name") or image.get("digest") else
+                  "none (the provider names no image)")
     if image.get("problem") and not full.get("image"):
         found = _recorded_image(full["algorithm"])
         pinned = (found[1].get("pinned") if found else None) or ""
