@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +15,10 @@ from stateset_agents.core.errors import StatesetError
 from stateset_agents.core.runtimes import load_component, load_spec
 from stateset_agents.core.runtimes import wire
 from stateset_agents.remote import state
+from stateset_agents.core.registry import ComponentSpec
 from tests.conformance import broken_plugins
-from tests.conformance.test_suite import SERVE_AS, spec_of
+
+SERVE_AS = str(Path(broken_plugins.__file__).with_name("serve_as.py"))  # the kernel's server, with test plugins
 
 
 def test_local_stop_and_logs_through_the_subprocess_runtime_answer_as_in_process(state_dir):
@@ -37,7 +40,9 @@ def test_local_stop_and_logs_through_the_subprocess_runtime_answer_as_in_process
 
 
 def test_a_provider_without_stop_is_not_implemented_across_the_wire_and_the_kernel_says_so():
-    spec = spec_of(broken_plugins.CrashingProvider)
+    cls = broken_plugins.CrashingProvider  # it has no stop or logs
+    spec = ComponentSpec(kind=cls.kind, name=cls.name, version=cls.version, target=cls, plugin="broken_plugins",
+                         package="(test)")
     argv = [sys.executable, SERVE_AS, "--plugins", "broken_plugins", spec.full_name]
     with load_spec(spec, runtime="subprocess", argv=argv) as remote:
         assert wire.PROVIDER_STOP in remote.features  # today's server lists the RPC; the provider lacks the method
