@@ -221,3 +221,25 @@ def test_sft_and_resumed_runs_keep_one_receipt_per_committed_update(make_trainer
     assert [r["batch_sha256"] for r in ours] == [r["batch_sha256"] for r in theirs]
     assert [r["update_sha256"] for r in ours] == [r["update_sha256"] for r in theirs]
     assert ck.verify_receipts(run, json.loads((run / "manifest.json").read_text())) == []
+
+
+def test_a_checkpoint_without_receipts_resumes_from_an_origin_line(make_trainer, tmp_path):
+    import threading
+
+    run = tmp_path / "run"
+    stop = threading.Event()
+    trainer = make_trainer("grpo", run, steps=3, save_every=1)
+    trainer.engine._stop = stop
+    for e in trainer.events():
+        if e["type"] == "metrics" and e["step"] == 2:
+            stop.set()
+    (run / ck.RECEIPTS_FILE).unlink()  # as a run from before receipts, or a checkpoint copied without them
+    make_trainer("grpo", run, steps=3, save_every=1, resume=True).train()
+    receipts = ck.read_receipts(run)
+    assert [(r["step"], r["phase"]) for r in receipts] == [(2, "origin"), (3, "policy")]
+    assert ck.receipts_origin(receipts) == 2 and ck.committed_updates(receipts) == 3
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["committed_updates"] == 3 and manifest["receipts"]["attempted"] == 1
+    assert ck.verify_receipts(run, manifest) == []
+    assert ck.verify_receipts(run, {**manifest, "committed_updates": 4}) == [
+        "1 committed receipts after the origin at step 2, the manifest counts 4 committed updates"]

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 from ..core.errors import InputError, StatesetError
 from ..core.jsonio import load_json, read_jsonl, sha256_file
 from ..plugin_api.checkpoints import RECEIPTS_FILE, quarantine, quarantine_history, read_receipts, run_state
-from ..plugin_api.checkpoints import committed_receipts, verify_receipts
+from ..plugin_api.checkpoints import committed_updates, verify_receipts
 from ..plugin_api.lineage import base_model_reference, seal_problem
 
 MANIFEST = "manifest.json"
@@ -156,7 +156,7 @@ def _check_receipts(directory: Path, manifest: Mapping[str, Any], lineage: Linea
         lineage.warn(directory, f"the run is quarantined ({record.get('reason')} at update {record.get('step')}): "
                                 f"{record.get('message')}")
     return {"path": str(path), "attempted": len(receipts),
-            "committed": len(committed_receipts(receipts)),
+            "committed": committed_updates(receipts),
             "verified": None if not receipts else not any(p["path"] == str(path) for p in lineage.problems),
             "state": run_state(directory), "quarantine": record, "resolved": quarantine_history(directory)}
 

@@ -258,6 +258,17 @@ def read_receipts(run_dir: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+def receipts_origin(receipts: Sequence[Mapping[str, Any]]) -> int:
+    """The step the receipts begin after: 0, or K when the run was resumed from checkpoint K without the receipts
+    of its first K updates (they predate receipts, or the checkpoint came without them); an "origin" line says so."""
+    return next((int(r.get("step", 0)) for r in receipts if r.get("phase") == "origin"), 0)
+
+
+def committed_updates(receipts: Sequence[Mapping[str, Any]]) -> int:
+    """The committed updates the receipts account for (the manifest's committed_updates)."""
+    return receipts_origin(receipts) + len(committed_receipts(receipts))
+
+
 def committed_receipts(receipts: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The receipts of committed policy updates (value pre-training updates count no step)."""
     return [r for r in receipts if r.get("committed") is True and r.get("phase", "policy") == "policy"]
@@ -290,15 +301,16 @@ def verify_receipts(run_dir: str | Path, manifest: Mapping[str, Any] | None) -> 
         if isinstance(rec, dict):
             receipts.append(rec)
         prev = raw
-    committed = committed_receipts(receipts)
+    committed, origin = committed_receipts(receipts), receipts_origin(receipts)
     steps = [r.get("step") for r in committed]
-    if steps != list(range(1, len(steps) + 1)):
-        at = next(i for i, s in enumerate(steps) if s != i + 1)
-        problems.append(f"committed steps are not contiguous from 1: committed receipt {at + 1} is step "
-                        f"{steps[at]!r}, expected {at + 1}")
-    if "committed_updates" in manifest and len(committed) != manifest.get("committed_updates"):
-        problems.append(f"{len(committed)} committed receipts, the manifest counts {manifest.get('committed_updates')}"
-                        " committed updates")
+    if steps != list(range(origin + 1, origin + len(steps) + 1)):
+        at = next(i for i, s in enumerate(steps) if s != origin + i + 1)
+        problems.append(f"committed steps are not contiguous from {origin + 1}: committed receipt {at + 1} is step "
+                        f"{steps[at]!r}, expected {origin + at + 1}")
+    if "committed_updates" in manifest and origin + len(committed) != manifest.get("committed_updates"):
+        since = f" after the origin at step {origin}" if origin else ""
+        problems.append(f"{len(committed)} committed receipts{since}, the manifest counts "
+                        f"{manifest.get('committed_updates')} committed updates")
     if isinstance(recorded, Mapping) and recorded.get("last_sha256") not in (None, chain_digest(lines[-1])):
         problems.append(f"the last receipt is not the one the manifest cites (last_sha256 "
                         f"{str(recorded.get('last_sha256'))[:12]}...): lines were added or dropped at the end")

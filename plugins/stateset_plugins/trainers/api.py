@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 from stateset_agents.core.errors import InputError, StatesetError
 from stateset_agents.core.jsonio import load_json, sha256_file, write_json
-from stateset_agents.plugin_api.checkpoints import (committed_receipts, latest_complete, quarantine as quarantined,
+from stateset_agents.plugin_api.checkpoints import (committed_updates, latest_complete, quarantine as quarantined,
                                                     read_receipts, verify_checkpoint)
 from stateset_agents.plugin_api.datasets import Dataset, load_dataset, load_eval_prompts
 from stateset_plugins.models.backend import LocalTorchBackend
@@ -286,8 +286,9 @@ class BaseTrainer:
                      "note": "the final checkpoint is not automatically the best: `stateset-agents nominate RUN "
                              "--checkpoint K` records the one to test"}
         receipts = read_receipts(self.run_dir.path)
-        committed = len(committed_receipts(receipts))  # counted from the receipts, which `lineage` verifies
-        receipt_summary = {"path": "receipts.jsonl", "committed": committed, "attempted": len(receipts),
+        committed = committed_updates(receipts)  # counted from the receipts, which `lineage` verifies
+        attempted = sum(1 for r in receipts if r.get("phase") != "origin")
+        receipt_summary = {"path": "receipts.jsonl", "committed": committed, "attempted": attempted,
                            "last_sha256": self.engine.receipts.last_sha256(),
                            "note": "committed_updates counts the committed receipts"}
         write_manifest(self.run_dir.path, run_id=self.run_id, status=status, algorithm=self.algorithm,

@@ -67,12 +67,10 @@ class Receipts:
 
     def truncate(self, step: int) -> None:
         """On resume, keep the receipts of the updates the checkpoint holds (steps up to `step`; value pre-training
-        is step 0), ending at a whole line so the chain continues from it."""
-        if not self.path.exists():
-            self._loaded, self._last = True, None
-            return
+        is step 0), ending at a whole line so the chain continues from it. With none of them (a checkpoint from
+        before receipts), an "origin" line says the receipts begin after `step`."""
         kept = []
-        for raw in self.path.read_bytes().splitlines():
+        for raw in self.path.read_bytes().splitlines() if self.path.exists() else []:
             try:
                 rec = orjson.loads(raw)
             except orjson.JSONDecodeError:
@@ -83,6 +81,10 @@ class Receipts:
         with atomic_write(self.path) as f:
             f.write(b"".join(r + b"\n" for r in kept))
         self._loaded, self._last = True, (kept[-1] if kept else None)
+        accounted = [rec for rec in map(orjson.loads, kept) if rec.get("step", 0) > 0 or rec.get("phase") == "origin"]
+        if step > 0 and not accounted:
+            self.append({"step": step, "phase": "origin", "committed": None,
+                         "note": f"the receipts of updates 1..{step} are not in this run directory"})
 
     def last_sha256(self) -> str | None:
         return chain_digest(self._last_line())
