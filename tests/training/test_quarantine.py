@@ -219,7 +219,7 @@ def test_a_failure_before_backward_stays_failed(build, tmp_path):
     assert receipt["committed"] is False and receipt["failure"] == "integrity" and receipt["parameters_changed"] is False
 
 
-def test_quarantined_runs_are_never_deployed_nominated_or_gated(build, tmp_path):
+def test_quarantined_runs_are_never_deployed_nominated_or_gated(build, tmp_path, capsys):
     from stateset_agents.pipeline.deploy import deploy
     from stateset_agents.pipeline.gate import _read_run
     from stateset_agents.pipeline.nomination import nominate
@@ -245,6 +245,15 @@ def test_quarantined_runs_are_never_deployed_nominated_or_gated(build, tmp_path)
     page = render_report(run)
     assert 'id="quarantine"' in page and "QUARANTINED: partial_update at update 3" in page
     assert "status quarantined" in page and "status completed" not in page
+    from stateset_agents.cli import main
+
+    assert main(["lineage", "--json", str(run)]) == 0  # consistent records, an unfinished run: shown, not broken
+    (chain,) = json.loads(capsys.readouterr().out)
+    assert chain["manifest"]["status"] == "quarantined" and chain["receipts"]["state"] == "quarantined"
+    assert chain["receipts"]["quarantine"]["reason"] == "partial_update" and chain["receipts"]["verified"] is True
+    assert any("the run is quarantined" in w["message"] for w in chain["warnings"])
+    assert main(["lineage", str(run)]) == 0
+    assert "QUARANTINED (partial_update at update 3" in capsys.readouterr().out
     # even a manifest that claims completion does not get past quarantine.json
     manifest = _manifest(run)
     (run / "manifest.json").write_text(json.dumps({**manifest, "status": "completed"}))

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from stateset_agents.core.errors import StatesetError
 from stateset_agents.core.jsonio import write_json
 from stateset_agents.plugin_api.checkpoints import QUARANTINE_FILE, RESOLVED_PREFIX, checkpoint_dirs, quarantine
 
@@ -42,6 +41,9 @@ def record(run_path: Path, cause: str, message: str, *, step: int, last_good: in
         raise ValueError(f"unknown quarantine cause {cause!r}")
     rec = {"reason": cause, "message": message, "step": step, "last_good_checkpoint": last_good, "at": time.time(),
            **more}
+    earlier = quarantine(run_path)  # a reload that failed in turn: the first record is kept inside the new one
+    if earlier is not None:
+        rec["earlier"] = earlier
     write_json(run_path / QUARANTINE_FILE, rec)
     return rec
 
@@ -75,11 +77,3 @@ def set_aside_after(run_path: Path, step: int) -> list[str]:
             moved.append(target.relative_to(run_path).as_posix())
     return moved
 
-
-class Quarantined(StatesetError):
-    """Raised where a trainer cannot yield a failed event itself (the constructor's restore); `train_run` turns it
-    into one, and `TrainingFailed` carries the same failure."""
-
-    def __init__(self, failure_: Mapping[str, Any]):
-        self.failure = dict(failure_)
-        super().__init__(self.failure["message"])
