@@ -291,3 +291,23 @@ def test_pod_front_serves_logs_and_stop_to_its_token_only(tmp_path):
         assert call("/stop", "POST") == (200, b'{"requested":false}\n')
     finally:
         server.shutdown()
+
+
+def test_the_cli_says_it_found_the_job_of_an_unconfirmed_launch(tmp_path, monkeypatch, capsys):
+    """`finetune prepare` and `finetune launch` print the notice, and the launch attaches: one job, not two."""
+    from stateset_agents.cli import main
+
+    provider = TableProvider()
+    monkeypatch.setattr(session, "open_provider", lambda name, config=None: provider)
+    config = tmp_path / "job.json"
+    config.write_text(json.dumps(_config(tmp_path)))
+    ws = tmp_path / "ws"
+    assert main(["finetune", "prepare", "--config", str(config), "--workspace", str(ws)]) == 0
+    provider.die_after_create = True
+    with pytest.raises(ClientDied):
+        session.launch(ws, provider)
+    capsys.readouterr()
+    assert main(["finetune", "prepare", "--config", str(config), "--workspace", str(tmp_path / "ws2")]) == 0
+    assert "found the existing job job-1" in " ".join(capsys.readouterr().err.split())
+    assert main(["finetune", "launch", str(ws), "--detach"]) == 0
+    assert provider.creates == 1

@@ -182,6 +182,12 @@ def _watch(run_id: str, provider) -> dict[str, Any]:
         raise typer.Exit(130)
 
 
+def _notice(text: str | None) -> None:
+    """What the session found that the user must know before anything else (an unconfirmed launch's job)."""
+    if text:
+        err_console.print(f"[yellow]{text}[/]", highlight=False, soft_wrap=True)
+
+
 def _report(record: dict[str, Any]) -> int:
     phase = record.get("phase")
     spent = f"${float(record.get('spend_usd') or 0):.4f} of ${float(record.get('max_cost_usd') or 0):.2f}"
@@ -189,6 +195,11 @@ def _report(record: dict[str, Any]) -> int:
         console.print(f"[green]done[/] {record['run_id']}: artifacts in {record['output']} (checked against the "
                       f"job's receipt); spent {spent}")
         return 0
+    if phase == "stopped":  # stopped on request: its checkpoints are collected, the training is not finished
+        err_console.print(f"[yellow]stopped[/] {record['run_id']}: artifacts and checkpoints in {record['output']}; "
+                          f"continue it with `stateset-agents finetune prepare-resume {record['run_id']} --checkpoint "
+                          f"K --workspace DIR --mode exact`; spent {spent}", highlight=False, soft_wrap=True)
+        return 1
     err_console.print(f"[red]{phase}[/] {record['run_id']}: {record.get('error') or ''}; spent {spent}",
                       highlight=False)
     return 1
@@ -240,12 +251,14 @@ def train_remote(
 
             raise InputError(f"{run_id} is a chat session: it cannot be attached (`--cancel {run_id}` terminates "
                              "it)", field="run_id")
-        provider = session.open_provider(record["provider"], record.get("provider_config"))
-        if cancel_id:
-            done = session.cancel(run_id, provider)
+        if cancel_id:  # the same operation as `finetune cancel`
+            from .. import runs
+
+            done = runs.cancel(run_id)
             console.print(f"cancelled {run_id}; spent ${done.get('spend_usd', 0):.4f}")
             return
-        if record.get("phase") not in ("collected", "cancelled", "capped", "failed"):
+        provider = session.open_provider(record["provider"], record.get("provider_config"))
+        if record.get("phase") not in session.state.FINAL_PHASES:
             record = _watch(run_id, provider)
         raise typer.Exit(_report(record))
     config: dict[str, Any] = cfg.load(config_file) if config_file else {}
@@ -267,6 +280,7 @@ def train_remote(
     with session.open_provider(full["provider"], full.get("provider_config")) as provider:
         _quote_first(full, provider, plan_only=plan_only)
         plan = _new_workspace(full, provider, None)
+        _notice(plan.get("_notice"))
         err_console.print(f"plan {plan['run_id']}: worst case ${plan['worst_case_usd']:.2f} of the "
                           f"${plan['max_cost_usd']:.2f} cap (re-quoted {plan['quote'].get('quoted_at_iso')}); "
                           f"checksum {plan['checksum']}", highlight=False)
@@ -276,6 +290,7 @@ def train_remote(
                           f"launch {workspace}")
             return
         record = session.launch(workspace, provider, output=output)
+        _notice(record.get("notice"))
         verb = "attached to the existing" if record.get("attached") else "launched"
         err_console.print(f"{verb} job {record['job'].get('job_id')} for run {record['run_id']}")
         if detach:
@@ -318,6 +333,7 @@ def finetune_prepare(config_file: Path = typer.Option(..., "--config"),
     with session.open_provider(full["provider"], full.get("provider_config")) as provider:
         _quote_first(full, provider, plan_only=True)
         plan = session.prepare(full, workspace, provider)
+    _notice(plan.get("_notice"))
     _plan_table(plan)
     console.print(f"plan written to {workspace / 'plan.json'}")
 
@@ -333,6 +349,7 @@ def finetune_launch(workspace: Path = typer.Argument(..., help="A workspace from
     plan = load_verified(workspace)
     with session.open_provider(plan["provider"], plan["config"].get("provider_config")) as provider:
         record = session.launch(workspace, provider, output=output)
+        _notice(record.get("notice"))
         if detach:
             console.print(f"launched {record['run_id']}; reattach with: stateset-agents train-remote --attach "
                           f"{record['run_id']}")
