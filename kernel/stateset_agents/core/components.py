@@ -300,7 +300,11 @@ class Provider(Component):
     """Rents compute for remote training. Each method takes and returns JSON-shaped dicts (docs/remote.md).
 
     * `quote(request)`: ``{"provider", "gpu" (resolved id), "usd_per_gpu_hour", "storage_usd", "priced",
-      "source", "quoted_at", "image": {"name", "digest"}}``; unknown GPUs and missing credentials raise InputError.
+      "source", "quoted_at", "image": {"name", "digest"} or {"ref", "problem"}, "live"?, "live_needs"?,
+      "gpu_default"?}``. A quote never needs the image (a ``problem`` says what is wrong with it; the kernel refuses
+      it after showing the price); ``live: false`` marks a dated fallback price (``live_needs`` says what a live one
+      needs: a launch re-quotes); ``gpu_default`` says the GPU was the provider's default. Unknown GPUs raise
+      InputError.
     * `launch(plan)`: look the run id up first and attach to a job it names; only then create one, with the run id
       in its name and environment and a deadline enforced on the remote side. ``{"job_id", "created_at",
       "deadline_at", "attached"}``.
