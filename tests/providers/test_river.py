@@ -68,6 +68,11 @@ def test_grpo_through_the_river_backend_updates_the_adapter(fake_river, tiny_mod
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["status"] == "completed"
     assert (tmp_path / "run" / "eval_results.json").exists()
     assert json.loads(usage.read_text())["train_tokens"] == fake_river.usage["train_tokens"] > 0
+    # a River checkpoint holds the whole learner state (River's optimizer checkpoint, the step the schedule follows)
+    from stateset_agents.plugin_api.checkpoints import checkpoint_table
+
+    table = checkpoint_table(tmp_path / "run")
+    assert [row["step"] for row in table] == [2, 3] and all(row["complete"] for row in table), table
 
 
 def test_the_surrogate_gives_the_local_backends_gradient(fake_river, tiny_model):

@@ -172,7 +172,9 @@ class RiverBackend:
 
     def training_state(self):
         path = river_sdk.save(self.model, f"step-{self.steps:06d}", mode="training")
-        return {"river_checkpoint": path, "river_step": self.steps}
+        # River's training checkpoint holds the weights and the optimizer state; the schedule is a function of
+        # river_step (see optimizer_step): together the whole learner state a resume needs
+        return {"river_checkpoint": path, "river_step": self.steps, "learner_state": ["optimizer", "scheduler"]}
 
     def load_training_state(self, state):
         if "river_checkpoint" not in state:
