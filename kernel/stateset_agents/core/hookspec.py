@@ -83,6 +83,17 @@ def register_images(register):
     arguments (`cuda` by default, `cpu` with `--cpu`)."""
 
 
+@hookspec
+def register_serving(register):
+    """Register serving engines (`stateset-agents serve`: the model behind the gateway):
+
+        register("my_engine", target="my_pkg.serve:create", requires=["torch"], install="pip install ...",
+                 help="...")
+
+    `target` is a factory ``create(config) -> engine`` (`stateset_agents.plugin_api.serving` documents both);
+    it is imported only when `serve` starts."""
+
+
 HOOK_FOR_KIND = {
     "ingestor": "register_ingestors",
     "reward": "register_rewards",

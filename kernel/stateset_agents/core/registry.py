@@ -152,6 +152,28 @@ PLUGINS_IMAGE = ImageSpec(role="plugins", dockerfile="images/plugins/Dockerfile"
                           help="CPU: any plugin's ingestors, rewards, evaluators and providers", plugin="(kernel)")
 
 
+@dataclass(frozen=True)
+class ServingSpec:
+    """A serving engine (`register_serving`): the factory `serve` loads, lazily, by "module:attr"."""
+
+    name: str
+    target: str
+    requires: tuple[str, ...] = ()
+    install: str | None = None
+    help: str = ""
+    plugin: str = ""
+
+    @property
+    def missing(self) -> list[str]:
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+    def load(self) -> Callable[[Mapping[str, Any]], Any]:
+        if self.missing:
+            raise ComponentUnavailable(f"serving:{self.name}", self.missing, self.install or "")
+        module, _, attr = self.target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
 @dataclass
 class Registry:
     components: dict[str, ComponentSpec] = field(default_factory=dict)
@@ -159,6 +181,20 @@ class Registry:
     load_errors: dict[str, str] = field(default_factory=dict)
     options: list[OptionSpec] = field(default_factory=list)
     images: dict[str, ImageSpec] = field(default_factory=dict)
+    serving: dict[str, ServingSpec] = field(default_factory=dict)
+
+    def serving_engine(self, name: str | None = None) -> ServingSpec:
+        """The serving engine named, else the only one installed."""
+        if name is not None:
+            if name not in self.serving:
+                raise UnknownComponent(f"no serving engine {name!r}; installed: {', '.join(self.serving) or 'none'}")
+            return self.serving[name]
+        if len(self.serving) != 1:
+            raise UnknownComponent("no serving engine is installed (a plugin registers one with register_serving)"
+                                   if not self.serving else
+                                   f"several serving engines are installed ({', '.join(sorted(self.serving))}); "
+                                   "name one with --engine")
+        return next(iter(self.serving.values()))
 
     def all(self, kind: str | None = None) -> list[ComponentSpec]:
         specs = [s for s in self.components.values() if kind is None or s.kind == kind]
@@ -303,6 +339,20 @@ def _make_image_register(registry: Registry, plugin: str) -> Callable:
     return register
 
 
+def _make_serving_register(registry: Registry, plugin: str) -> Callable:
+    def register(name: str, *, target: str, requires: Iterable[str] = (), install: str | None = None,
+                 help: str = "") -> None:
+        if not name or not isinstance(target, str) or ":" not in target:
+            raise StatesetError(f"plugin {plugin}: a serving engine needs a name and a 'module:attr' target")
+        if name in registry.serving:
+            raise StatesetError(f"serving engine {name!r} is registered twice: by plugin "
+                                f"{registry.serving[name].plugin} and by plugin {plugin}")
+        registry.serving[name] = ServingSpec(name=name, target=target, requires=tuple(requires), install=install,
+                                             help=help, plugin=plugin)
+
+    return register
+
+
 def _split_env(var: str) -> list[str] | None:
     raw = os.environ.get(var)
     if raw is None:
@@ -352,6 +402,8 @@ def discover() -> Registry:
         impl.function(register=_make_option_register(registry, impl.plugin_name))
     for impl in reversed(pm.hook.register_images.get_hookimpls()):
         impl.function(register=_make_image_register(registry, impl.plugin_name))
+    for impl in reversed(pm.hook.register_serving.get_hookimpls()):
+        impl.function(register=_make_serving_register(registry, impl.plugin_name))
     registry.plugins.update(packages)
     return registry
 

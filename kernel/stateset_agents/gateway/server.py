@@ -1,0 +1,129 @@
+"""Putting a gateway together (`build`) and running it on uvicorn, in this thread (`serve`, the CLI's) or in a
+background thread (`start`, for tests and benchmarks)."""
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.errors import InputError
+from ..core.registry import get_registry
+from . import adapters as adapters_mod
+from .capture import DEFAULT_MAX_BYTES, Capture
+from .keys import KeyStore, keys_path, list_keys
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class Options:
+    registry: str | None = None
+    base_model: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    capture: str | None = None
+    capture_raw: bool = False
+    capture_max_bytes: int = DEFAULT_MAX_BYTES
+    engine: str | None = None
+    engine_config: dict[str, Any] = field(default_factory=dict)
+    max_body_bytes: int = 1 << 20
+    rate_limit: int = 600
+    cors_origins: tuple[str, ...] = ()
+
+
+@dataclass
+class Gateway:
+    app: Any
+    engine: Any
+    served: dict[str, str]
+    skipped: dict[str, str]
+    keys: int
+    capture: Capture | None
+    notes: list[str]
+
+
+def build(options: Options) -> Gateway:
+    """Check the bind, the keys and the registry, start the engine, and make the app (nothing listens yet)."""
+    from .app import Settings, create_app
+
+    store = KeyStore(options.registry) if options.registry and keys_path(options.registry).exists() else None
+    if store is not None and len(store) == 0:
+        store = None
+    if store is None and not is_loopback(options.host):
+        raise InputError(f"refusing to listen on {options.host} without API keys: create one with `stateset-agents "
+                         "keys create --registry DIR --owner NAME --scope infer`, or bind a loopback address",
+                         field="host")
+    base, served, skipped = adapters_mod.deployed(options.registry, options.base_model)
+    spec = get_registry().serving_engine(options.engine)
+    engine = spec.load()({**options.engine_config, "base_model": base, "adapters": served})
+    notes = []
+    capture = None
+    if options.capture:
+        capture = Capture(options.capture, redact=not options.capture_raw, max_bytes=options.capture_max_bytes)
+        notes.append(f"capturing to {options.capture} " + ("RAW: personal data is NOT redacted (--capture-raw)"
+                                                          if options.capture_raw else
+                                                          "with personal data redacted (ingest's --redact rules)"))
+    if store is None:
+        notes.append("no API keys: every caller is let in (loopback only)")
+    described = {name: adapters_mod.describe(options.registry, name) for name in served}
+    settings = Settings(max_body_bytes=options.max_body_bytes, rate_limit=options.rate_limit,
+                        cors_origins=tuple(options.cors_origins), models=described)
+    key_list = (lambda: list_keys(options.registry)) if options.registry else None
+    app = create_app(engine, keys=store, capture=capture, settings=settings, key_list=key_list)
+    return Gateway(app, engine, served, skipped, len(store) if store else 0, capture, notes)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def serve(gateway: Gateway, host: str, port: int) -> None:
+    import uvicorn
+
+    try:
+        uvicorn.run(gateway.app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    finally:
+        gateway.engine.close()
+
+
+class Running:
+    """A gateway on uvicorn in a background thread (`stop()` ends it and the engine)."""
+
+    def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int | None = None):
+        import uvicorn
+
+        self.gateway, self.host, self.port = gateway, host, port or free_port(host)
+        self.server = uvicorn.Server(uvicorn.Config(gateway.app, host=host, port=self.port, log_level="warning",
+                                                    lifespan="off"))
+        self.thread = threading.Thread(target=self.server.run, name="gateway", daemon=True)
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the gateway did not start")
+            self.thread.join(0.01)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.gateway.engine.close()
+
+
+def start(options: Options) -> Running:
+    return Running(build(options), options.host, options.port or None)
+
+
