@@ -41,12 +41,13 @@ __all__ = ["Objective", "TrainConfig", "PolicyConfig", "RLConfig", "ValueConfig"
 #: name -> (class in this package, capabilities beyond every engine objective's). "remote": train-remote may run
 #: it (River runs no value head; the remote recipes are tested on these five).
 #: "default": `train` runs it when no --algorithm is given; "default:train-remote" likewise for train-remote.
+#: "local-studio": `stateset-agents studio` offers it for local runs.
 FIRST_PARTY: dict[str, tuple[str, tuple[str, ...]]] = {
-    "sft": ("sft:SFT", ("remote", "default:train-remote")),
-    "grpo": ("grpo:GRPO", ("remote", "default")),
+    "sft": ("sft:SFT", ("remote", "default:train-remote", "local-studio")),
+    "grpo": ("grpo:GRPO", ("remote", "default", "local-studio")),
     "multi_turn_grpo": ("multi_turn_grpo:MultiTurnGRPO", ("remote",)),
-    "gspo": ("gspo:GSPO", ("remote",)),
-    "dapo": ("dapo:DAPO", ("remote",)),
+    "gspo": ("gspo:GSPO", ("remote", "local-studio")),
+    "dapo": ("dapo:DAPO", ("remote", "local-studio")),
     "gepo": ("gepo:GEPO", ()),
     "vapo": ("vapo:VAPO", ()),
     "ppo": ("ppo:PPO", ()),
