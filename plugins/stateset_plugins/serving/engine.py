@@ -59,7 +59,6 @@ class _Row:
     job: _Job
     index: int
     generator: torch.Generator | None
-    position: int  # the next token's position id
     ids: list[int] = field(default_factory=list)
     emitted: str = ""
     last: int = 0  # the token to feed next
@@ -262,7 +261,7 @@ class LoraEngine:
                     gen = torch.Generator(device=self.device)
                     seed = job.request.seed if job.request.seed is not None else int.from_bytes(os.urandom(6), "big")
                     gen.manual_seed((int(seed) * 1_000_003 + i) % (1 << 63))
-                rows.append(_Row(job, i, gen, position=len(job.prompt)))
+                rows.append(_Row(job, i, gen))
                 prompts.append(job.prompt)
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
@@ -306,7 +305,9 @@ class LoraEngine:
         rows = self._rows
         ids = torch.tensor([[r.last] for r in rows], dtype=torch.long, device=self.device)
         self._mask = torch.cat([self._mask, self._mask.new_ones((len(rows), 1))], dim=1)
-        positions = torch.tensor([[r.position] for r in rows], dtype=torch.long, device=self.device)
+        # the token fed now sits after the prompt and the tokens before it
+        positions = torch.tensor([[len(r.job.prompt) + len(r.ids) - 1] for r in rows], dtype=torch.long,
+                                 device=self.device)
         out = self._forward(ids, self._mask, positions, self._cache)
         self._cache = out.cache
         self._sample(rows, out.logits[:, -1, :])
@@ -331,7 +332,7 @@ class LoraEngine:
                 scores[list(self.eos_ids)] = float("-inf")
             token = self._choose(scores, request, row.generator)
             row.ids.append(token)
-            row.last, row.position = token, row.position + 1
+            row.last = token
             reason, stop = self._finish_reason(row, token)
             if reason is not None:
                 finished.append(k)
