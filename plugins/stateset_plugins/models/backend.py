@@ -580,6 +580,10 @@ class LocalTorchBackend:
         self.optimizer.zero_grad(set_to_none=True)
         return {"grad_norm": float(norm), "learning_rate": float(lr), **stats}
 
+    def trainable_parameters(self) -> list[torch.Tensor]:
+        """What an update changes (the LoRA weights, and a value head's): the ranks of a run sum these gradients."""
+        return list(self._trainable) + (list(self.value_head.parameters()) if self.value_head is not None else [])
+
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
         if self.value_optimizer is not None:
@@ -608,9 +612,11 @@ class LocalTorchBackend:
 
         from stateset_agents.plugin_api.checkpoints import tensors_digest
 
-        out = {"adapter": tensors_digest(_entries(get_peft_model_state_dict(self.model)))}
+        from .digests import entries
+
+        out = {"adapter": tensors_digest(entries(get_peft_model_state_dict(self.model)))}
         if self.value_head is not None:
-            out["value_head"] = tensors_digest(_entries(self.value_head.state_dict()))
+            out["value_head"] = tensors_digest(entries(self.value_head.state_dict()))
         return out
 
     def training_state(self):
@@ -628,17 +634,3 @@ class LocalTorchBackend:
                 raise ValueError("the checkpoint holds no value head, but this objective trains one")
             self.value_head.load_state_dict(state["value_head"])
             self.value_optimizer.load_state_dict(state["value_optimizer"])
-
-
-_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.float64: "F64",
-                       torch.int64: "I64", torch.int32: "I32", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL"}
-
-
-def _entries(tensors: dict[str, torch.Tensor]) -> list[tuple[str, str, list[int], bytes]]:
-    """(name, safetensors dtype, shape, raw bytes) of each tensor, as a .safetensors file stores it."""
-    out = []
-    for name, t in tensors.items():
-        t = t.detach().to("cpu").contiguous()
-        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes()
-        out.append((name, _SAFETENSORS_DTYPES[t.dtype], list(t.shape), raw))
-    return out

@@ -6,6 +6,9 @@ engine. `stateset_agents.training.NAME_trainer` exports each (see `Objective.pyt
                           config={"steps": 20}, output_dir="runs/grpo", eval_prompts="held_out.txt")
     summary = trainer.train()          # raises TrainingFailed if the run did not commit every update
 
+Under torchrun (``train --nproc N``, `launch`) the trainer of each rank takes the world from the environment
+(`distributed`): rank 0 alone writes the run directory, evaluates and writes the manifest.
+
 A run whose update or restore broke part-way is quarantined (`quarantine`): `TrainingFailed` with reason
 "quarantined", and `resume=True` is refused until `reload=True` restores the latest complete checkpoint.
 
@@ -34,6 +37,7 @@ from . import quarantine
 from .engine import Engine
 from .manifest import code_versions, write_manifest
 from .objectives import Objective, objective_class, objective_names
+from .distributed import SINGLE, World, check_supported, rank_seed
 from .parent import InitAdapter
 from .rundir import RunDir
 from .selection import CheckpointValidator, best_step, checkpoint_table, read_records, truncate_records
@@ -91,9 +95,13 @@ class BaseTrainer:
                  eval_prompts=None, resume: bool = False, overwrite: bool = False, base_model_info=None,
                  backend=None, handle_signals: bool = False, stop: threading.Event | None = None,
                  drop_overlap: bool = False, eval_protocol: EvalProtocol | Mapping[str, Any] | None = None,
-                 validate_checkpoints: bool = True, init_adapter: str | None = None, reload: bool = False):
+                 validate_checkpoints: bool = True, init_adapter: str | None = None, reload: bool = False,
+                 world: World | None = None, emulate_ranks: int = 0, skip_allreduce: bool = False):
         self.objective = self.objective_class()
         self.config = make_config(self.objective, config)
+        self.world = world or SINGLE
+        check_supported(self.objective, self.config, max(self.world.size, emulate_ranks),
+                        hosted=isinstance(backend, Mapping))
         if dataset is None:
             raise InputError("a dataset is required")
         self.dataset = dataset if isinstance(dataset, Dataset) else load_dataset(dataset)
@@ -119,8 +127,9 @@ class BaseTrainer:
         self.run_dir = RunDir(output_dir) if output_dir else None
         if (resume or reload) and self.run_dir is None:
             raise InputError(f"{'reload' if reload else 'resume'} needs an output directory")
-        if self.run_dir:
+        if self.run_dir and self.world.is_main:
             self.run_dir.prepare(resume=resume, overwrite=overwrite, reload=reload)
+        self.world.barrier()  # the other ranks read the run directory once rank 0 has prepared it
         self.reward = self._make_reward(reward)
         self.run_id = uuid.uuid4().hex
         self._log: list[str] = []  # what the constructor did that the event stream reports first
@@ -132,9 +141,12 @@ class BaseTrainer:
 
             backend = backend_from_spec(backend, tokenizer, self.config, value_head=value_head)
         self.backend = backend or LocalTorchBackend(model, tokenizer, self.config, value_head=value_head)
+        if self.world.distributed:  # the LoRA weights came from the run's seed on every rank; sampling differs
+            seed_everything(rank_seed(self.config.seed, self.world.rank))
         self.renderer = ChatRenderer(tokenizer, self.config.max_prompt_tokens)
         self.engine = Engine(self.backend, self.renderer, self.objective, self.config, self.dataset, self.reward,
-                             self.run_dir, handle_signals=handle_signals, stop=stop)
+                             self.run_dir, handle_signals=handle_signals, stop=stop, world=self.world,
+                             emulate_ranks=emulate_ranks, skip_allreduce=skip_allreduce)
         # An SFT parent's adapter as the starting point; on resume the checkpoint's weights replace it, and the
         # identity check makes sure the checkpoint descends from the same parent.
         self.parent = InitAdapter.open(init_adapter) if init_adapter else None
@@ -143,7 +155,7 @@ class BaseTrainer:
         self.validator = (CheckpointValidator(self.backend, self.renderer, self.reward, self.cases, self.eval_protocol,
                                               self.eval_split, self.eval_sha256)
                           if self.cases and self.reward is not None and validate_checkpoints and self.run_dir
-                          else None)
+                          and self.world.is_main else None)
         if resume or reload:
             self._resume(reload=reload)
         elif self.parent:
@@ -187,13 +199,20 @@ class BaseTrainer:
             raise InputError(f"cannot resume from {path}: the run differs from the checkpoint's ("
                              + "; ".join(lines) + "). Use the checkpoint's settings, or --overwrite to start over",
                              path=str(self.run_dir.path))
+        ranks = int(state.get("world_size") or 1)
+        if ranks != self.world.size:  # each rank's sampling stream is in the checkpoint: exact only on as many
+            raise InputError(f"cannot resume from {path}: it was written by {ranks} process(es) and this run has "
+                             f"{self.world.size}; resume with --nproc {ranks}", path=str(path / "state.json"),
+                             field="world_size")
         try:
-            RunDir.load_checkpoint(path, self.backend)
+            RunDir.load_checkpoint(path, self.backend, self.world.rank, self.world.size)
         except Exception as exc:  # noqa: BLE001 - the model or optimizer may hold part of the checkpoint now
             self._restore_failed(path, state, exc)
         self.engine.restore(state)
         self.run_id = state.get("run_id", self.run_id)
         self.started_at = state.get("started_at", self.started_at)
+        if not self.world.is_main:
+            return  # rank 0 trims the records and validates
         if reload:
             self._resolve(path, verified)
         self.run_dir.truncate_metrics(self.engine.step)
@@ -211,8 +230,11 @@ class BaseTrainer:
         good = latest_complete(self.run_dir.path)
         last_good = int(good.name.split("-")[1]) if good is not None else None
         message = f"loading checkpoint {state['step']} ({path.name}) failed part-way: {type(exc).__name__}: {exc}"
-        quarantine.record(self.run_dir.path, "restore", message, step=int(state["step"]), last_good=last_good,
-                          checkpoint=path.name)
+        if self.world.distributed:
+            message = f"rank {self.world.rank}: {message}"
+        if self.world.is_main:
+            quarantine.record(self.run_dir.path, "restore", message, step=int(state["step"]), last_good=last_good,
+                              checkpoint=path.name)
         failure = quarantine.failure("restore", message, committed=int(state["step"]), update=int(state["step"]),
                                      last_good=last_good, run_path=self.run_dir.path, checkpoint=path.name)
         self._write_manifest("quarantined", None, failure)
@@ -249,6 +271,9 @@ class BaseTrainer:
             self._write_manifest(_STATUS.get(engine.failure["reason"], "failed"), None, engine.failure)
             yield {"type": "failed", **engine.failure}
             return
+        if not self.world.is_main:  # rank 0 writes the adapter, evaluates and writes the manifest
+            yield {"type": "completed", "step": engine.step, "run_id": self.run_id, "rank": self.world.rank}
+            return
         eval_results = None
         if self.run_dir:
             self.run_dir.write_adapter(self.backend)
@@ -276,7 +301,7 @@ class BaseTrainer:
         return done
 
     def _write_manifest(self, status: str, eval_summary, failure) -> None:
-        if not self.run_dir:
+        if not self.run_dir or not self.world.is_main:
             return
         identity = self.reward.identity() if self.reward is not None else None
         records = checkpoint_table(self.run_dir.path)

@@ -8,10 +8,15 @@ the caller's to announce, after the final adapter and evaluation are written.
 Every attempted update writes a receipt (`receipts`). A failure before backward changes nothing and fails the run;
 one from backward on (an exception, non-finite gradients), a failed receipt or a failed checkpoint write may leave
 a partial update, so the run is quarantined (`quarantine`): failure reason "quarantined", RUN/quarantine.json.
+
+On N ranks (`distributed`, under torchrun) each rank runs this loop on its share of the groups; the ranks agree on
+stops and failures, sum their gradients before the step, check their replicas agree after it, and rank 0 alone
+writes metrics, receipts, checkpoints (with every rank's RNG state) and quarantine records.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import signal
 import statistics
 import threading
@@ -26,6 +31,7 @@ from stateset_plugins.models.rendering import ChatRenderer
 
 from . import quarantine
 from .data import Cursor
+from .distributed import SINGLE, World, loss_weight, rank_seed, shares
 from .integrity import check_batch
 from .objectives.common import zero_variance_groups
 from .receipts import Receipts, batch_digest
@@ -41,10 +47,15 @@ class _Attempt:
         self.step, self.kind, self.phase, self.batch = step, kind, "batch", None
 
 
+class ReplicaDivergence(RuntimeError):
+    """The ranks' adapters differ after an update: they no longer train one model."""
+
+
 class Engine:
     def __init__(self, backend, renderer: ChatRenderer, objective, config, dataset: Dataset, reward=None,
                  run_dir: RunDir | None = None, *, handle_signals: bool = False,
-                 stop: threading.Event | None = None):
+                 stop: threading.Event | None = None, world: World = SINGLE, emulate_ranks: int = 0,
+                 skip_allreduce: bool = False):
         if objective.rollout != "none" and reward is None:
             raise ValueError(f"{objective.name} needs a reward")
         self.backend, self.renderer, self.objective, self.config = backend, renderer, objective, config
@@ -57,8 +68,23 @@ class Engine:
         self.protected_steps: set[int] = set()  # checkpoints never deleted (the best on validation so far)
         self._stop = stop or threading.Event()  # a component's cancel event plugs in here
         self._stop_reason = ""
-        self._tb = _tensorboard(run_dir)
-        self.receipts = Receipts(run_dir.path) if run_dir else None
+        self.world = world
+        self._writes = world.is_main  # rank 0 alone writes the run directory
+        self._tb = _tensorboard(run_dir) if self._writes else None
+        self.receipts = Receipts(run_dir.path) if run_dir and self._writes else None
+        # test-only: skip the gradient all-reduce (and the replica check), to show the equivalence test needs it
+        self._skip_allreduce = skip_allreduce
+        # One process sampling the groups of `emulate_ranks` ranks, each share under that rank's RNG stream: the
+        # same global batch an N-rank run trains on, updated as one batch (the reference of the DDP tests).
+        self._streams = None
+        if emulate_ranks > 1 and not world.distributed:
+            from stateset_plugins.models.seeding import rng_state, seed_everything, set_rng_state
+
+            saved, self._streams = rng_state(), []
+            for r in range(emulate_ranks):
+                seed_everything(rank_seed(config.seed, r))
+                self._streams.append(rng_state())
+            set_rng_state(saved)
         self._weights: dict[str, str] | None = None  # digests of the weights after the last committed update
 
     # --------------------------------------------------------------------------------------------- state
@@ -86,23 +112,34 @@ class Engine:
                 if self.failure:
                     return
             while self.step < cfg.steps:
-                if self._stop.is_set():
+                if self.world.any(self._stop.is_set()):
+                    self._stop.set()
                     yield from self._interrupt(extra)
                     return
                 started = time.perf_counter()
                 attempt = _Attempt(self.step + 1)
                 with self._failing_closed(attempt):
-                    batch, info = self._make_batch()
-                    attempt.batch = batch_digest(batch)
-                    check_batch(batch, self.backend.vocab_size, needs_behaviour=obj.rollout != "none",
-                                needs_reference=cfg.kl_coefficient() > 0)
-                    t_update = time.perf_counter()
-                    attempt.phase = "backward"
-                    stats = self.backend.forward_backward(
-                        batch, lambda new, b, *v: obj.loss(new, b, cfg, *v), temperature=cfg.update_temperature(),
-                        values=obj.value_head)
+                    failed, t_update = None, time.perf_counter()
+                    try:
+                        batch, info = self._make_batch()
+                        attempt.batch = batch_digest(batch)
+                        check_batch(batch, self.backend.vocab_size, needs_behaviour=obj.rollout != "none",
+                                    needs_reference=cfg.kl_coefficient() > 0)
+                        t_update = time.perf_counter()
+                        attempt.phase = "backward"
+                        stats = self.backend.forward_backward(
+                            batch, lambda new, b, *v: obj.loss(new, b, cfg, *v),
+                            temperature=cfg.update_temperature(), values=obj.value_head)
+                    except Exception as exc:  # noqa: BLE001 - on N ranks the others must hear of it first
+                        if not self.world.distributed:
+                            raise
+                        failed, batch, info, stats = exc, None, {}, {}
+                    if self.world.distributed:
+                        info, stats = self._sync(attempt, failed, batch, info, stats)
                     attempt.phase = "step"
                     stats.update(self.backend.optimizer_step())
+                    if self.world.distributed and not self._skip_allreduce:
+                        self._check_replicas()
                     attempt.phase = "committed"
                     self._receipt(attempt)
                 if self.failure:
@@ -111,7 +148,9 @@ class Engine:
                 now = time.perf_counter()
                 record = {"step": self.step, **info, **stats, "update_time": now - t_update,
                           "step_time": now - started}
-                record["tokens_per_s"] = info.get("rollout_tokens", batch.sampled_tokens()) / max(
+                if self.world.distributed:
+                    record["world_size"] = self.world.size
+                record["tokens_per_s"] = info.get("rollout_tokens", batch.sampled_tokens() * self.world.size) / max(
                     info.get("generation_time") or record["step_time"], 1e-9)
                 self._log_metrics(record)
                 yield {"type": "metrics", "step": self.step, "metrics": record}
@@ -149,7 +188,7 @@ class Engine:
                 return
             losses.append(stats["loss"])
             record = {"step": 0, "phase": "value_pretrain", "pretrain_step": k + 1, **info, **stats}
-            if self.run_dir:
+            if self.run_dir and self._writes:
                 self.run_dir.append_metrics(record)
         yield {"type": "log", "message": f"value pre-training: {len(losses)} updates of the value head, "
                                          f"value loss {losses[0]:.4f} -> {losses[-1]:.4f}"}
@@ -164,6 +203,8 @@ class Engine:
         except IntegrityError as exc:
             self._receipt(attempt, failure="integrity")
             self._fail("integrity", str(exc), sample=exc.sample)
+        except ReplicaDivergence as exc:
+            self._quarantine(attempt, "replica_divergence", str(exc))
         except FloatingPointError as exc:
             _zero_grad(self.backend)
             if attempt.phase == "step":  # gradients went non-finite: the value head may have stepped already
@@ -178,6 +219,35 @@ class Engine:
                 _zero_grad(self.backend)
             cause = "receipt_write" if attempt.phase == "committed" else "partial_update"
             self._quarantine(attempt, cause, f"{type(exc).__name__} during {attempt.phase}: {exc}")
+
+    def _sync(self, attempt: _Attempt, failed: Exception | None, batch, info, stats):
+        """N ranks: agree on the update (a failure on any rank fails it on every rank, as that rank's failure),
+        then sum the weighted gradients. Returns the update's record merged over the ranks."""
+        weight = loss_weight(batch, self.objective.ddp_loss) if failed is None else 0.0
+        mine = {"failed": None if failed is None else _describe(failed, attempt.phase), "batch": attempt.batch,
+                "weight": weight, "info": info, "stats": stats,
+                "scores": getattr(self, "_raw_scores", []) if failed is None else []}
+        everyone = self.world.gather(mine)
+        first = next(((r, s["failed"]) for r, s in enumerate(everyone) if s["failed"]), None)
+        if first is not None:
+            if failed is not None:
+                raise failed
+            rank, (kind, phase, message, sample) = first
+            attempt.phase = phase
+            raise _replay(kind, f"rank {rank}: {message}", sample)
+        attempt.ranks = [s["batch"] for s in everyone]
+        attempt.batch = hashlib.sha256("".join(attempt.ranks).encode()).hexdigest()  # the global batch
+        total = sum(s["weight"] for s in everyone)
+        if not self._skip_allreduce:
+            self.world.reduce_gradients(self.backend.trainable_parameters(), weight, total)
+        return _merge(everyone)
+
+    def _check_replicas(self) -> None:
+        digests = self.world.gather(self._digest())
+        if any(d != digests[0] for d in digests[1:]):
+            differ = [r for r, d in enumerate(digests) if d != digests[0]]
+            raise ReplicaDivergence(f"after update {self.step + 1} the adapters of ranks {differ} differ from rank "
+                                    "0's: the ranks no longer train one model")
 
     def _digest(self) -> dict[str, str]:
         digest = getattr(self.backend, "update_digest", None)  # a hosted backend's weights are not here
@@ -197,6 +267,8 @@ class Engine:
                   "batch_sha256": attempt.batch, "update_sha256": digests.get("adapter"), **more}
         if "value_head" in digests:
             record["value_head_sha256"] = digests["value_head"]
+        if getattr(attempt, "ranks", None):
+            record["rank_batch_sha256"] = attempt.ranks
         if not committed:
             record.update(failure=failure, parameters_changed=(digests != self._weights) if digests else None)
         if self.receipts:
@@ -214,7 +286,7 @@ class Engine:
         if attempt.phase != "checkpoint":
             receipt = self._receipt(attempt, failure=cause)
             more["parameters_changed"] = receipt["parameters_changed"]
-        if self.run_dir:
+        if self.run_dir and self._writes:
             try:
                 quarantine.record(self.run_dir.path, cause, message, step=attempt.step,
                                   last_good=self.last_checkpoint, committed_updates=self.step, **more)
@@ -241,10 +313,24 @@ class Engine:
 
     def _checkpoint(self, extra) -> dict[str, Any] | None:
         """Save checkpoint `step`; a failed write quarantines the run (None, `self.failure` set)."""
+        from stateset_plugins.models.seeding import rng_state
+
+        path, error = None, None
+        ranks = self.world.gather(rng_state()) if self.world.distributed else None  # every rank's stream
         try:
-            path = self.run_dir.save_checkpoint(self.step, self.backend, self.state(extra),
-                                                self.config.keep_checkpoints, protect=self.protected_steps)
+            if self._writes:
+                state = {**self.state(extra), "world_size": self.world.size} if ranks else self.state(extra)
+                path = self.run_dir.save_checkpoint(self.step, self.backend, state, self.config.keep_checkpoints,
+                                                    protect=self.protected_steps, rank_rng=ranks)
+            else:
+                path = self.run_dir.checkpoints / f"step-{self.step:06d}"
         except Exception as exc:  # noqa: BLE001 - whatever broke the write, the run may not go on as if saved
+            error = exc
+        if self.world.distributed:  # rank 0's write failing stops every rank
+            written = self.world.gather(None if error is None else f"{type(error).__name__}: {error}")[0]
+            error = error or (RuntimeError(written) if written else None)
+        if error is not None:
+            exc = error
             attempt = _Attempt(self.step)
             attempt.phase = "checkpoint"
             self._quarantine(attempt, "checkpoint_write", f"writing checkpoint {self.step} failed: "
@@ -264,10 +350,32 @@ class Engine:
             return self._sft_batch()
         return self._rl_batch()
 
+    def _mine(self, idx: list[int], keys: list[str]) -> tuple[list[int], list[str]]:
+        """This rank's contiguous share of the update's prompts (the cursor is global and alike on every rank)."""
+        if not self.world.distributed:
+            return idx, keys
+        r, n = self.world.rank, self.world.size
+        return shares(idx, n)[r], shares(keys, n)[r]
+
+    def _rollout(self, rollout, idx: list[int], keys: list[str]):
+        if self._streams is None:
+            return rollout(self.backend, self.renderer, [self.rows[i] for i in idx], keys, self.config)
+        from stateset_plugins.models.seeding import rng_state, set_rng_state
+
+        episodes, saved = [], rng_state()
+        for r, (part, part_keys) in enumerate(zip(shares(idx, len(self._streams)),
+                                                  shares(keys, len(self._streams)))):
+            set_rng_state(self._streams[r])
+            episodes += rollout(self.backend, self.renderer, [self.rows[i] for i in part], part_keys, self.config)
+            self._streams[r] = rng_state()
+        set_rng_state(saved)
+        return episodes
+
     def _sft_batch(self) -> tuple[Batch, dict[str, Any]]:
         idx = self.cursor.take(self.config.batch_size)
+        idx, keys = self._mine(idx, self._keys(idx, 0))
         samples = []
-        for key, i in zip(self._keys(idx, 0), idx):
+        for key, i in zip(keys, idx):
             row = self.rows[i]
             prompt = self.renderer.prompt_ids(row["prompt"], row.get("tools"))
             completion = self.renderer.completion_ids(row["prompt"], row["completion"], row.get("tools"))
@@ -285,11 +393,12 @@ class Engine:
         cap = obj.sampling_rounds(cfg)
         kept, dropped, raw_scores = [], [], []
         gen_time, grade_time, rounds, zero_var, groups_seen = 0.0, 0.0, 0, 0, 0
-        while len(kept) < cfg.batch_size and rounds < cap:
+        share = cfg.batch_size // self.world.size  # one round on N ranks (`distributed.check_supported`)
+        while len(kept) < share and rounds < cap:
             idx = cursor.take(cfg.batch_size - len(kept))
+            idx, keys = self._mine(idx, self._keys(idx, rounds, tag))
             t0 = time.perf_counter()
-            episodes = rollout(self.backend, self.renderer, [self.rows[i] for i in idx], self._keys(idx, rounds, tag),
-                               cfg)
+            episodes = self._rollout(rollout, idx, keys)
             t1 = time.perf_counter()
             grade(self.reward, episodes)
             grade_time += time.perf_counter() - t1
@@ -306,7 +415,7 @@ class Engine:
                 zero_var += int(zero_variance_groups(shaped, g)[0])
                 keep = obj.keep_group(shaped, cfg)
                 (kept if keep else dropped).append((group, shaped))
-        kept += dropped[:cfg.batch_size - len(kept)]  # short at the cap: top up with zero-advantage groups
+        kept += dropped[:share - len(kept)]  # short at the cap: top up with zero-advantage groups
         episodes = [ep for group, _ in kept for ep in group]
         batch = collate([ep.sample for ep in episodes], self.backend.pad_id, g)
         batch.rewards = torch.cat([shaped for _, shaped in kept])
@@ -321,12 +430,13 @@ class Engine:
                 "completion_length": statistics.fmean(lengths), "generation_time": gen_time,
                 "grade_time": grade_time, "rollout_tokens": sum(lengths),
                 "shaped_reward_mean": float(batch.rewards.mean())}  # the batch's rewards, shaped, after filtering
+        self._raw_scores = raw_scores  # the ranks' merged record recomputes the reward's mean and spread
         info.update(prepared)
         return batch, info
 
     # ---------------------------------------------------------------------------------------------- plumbing
     def _log_metrics(self, record: dict[str, Any]) -> None:
-        if self.run_dir:
+        if self.run_dir and self._writes:
             self.run_dir.append_metrics(record)
         if self._tb is not None:
             for k, v in record.items():
@@ -349,6 +459,46 @@ class Engine:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
+
+
+def _describe(exc: Exception, phase: str) -> tuple[str, str, str, str | None]:
+    kind = ("integrity" if isinstance(exc, IntegrityError) else
+            "non_finite" if isinstance(exc, FloatingPointError) else "error")
+    return kind, phase, f"{type(exc).__name__}: {exc}" if kind == "error" else str(exc), getattr(exc, "sample", None)
+
+
+def _replay(kind: str, message: str, sample: str | None) -> Exception:
+    """Another rank's failure, raised here as the same kind, so every rank fails (or quarantines) alike."""
+    if kind == "integrity":
+        return IntegrityError(sample or "?", message)
+    if kind == "non_finite":
+        return FloatingPointError(message)
+    return RuntimeError(message)
+
+
+def _merge(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One record of the update from every rank's: the loss and the update's statistics weighted as the loss is,
+    the rollout's averaged over the (equal) shares, token counts summed, times the slowest rank's, and the reward's
+    mean and spread over every score."""
+    def combine(key: str, values: list, weights: list[float]) -> Any:
+        if all(v == values[0] for v in values) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return values[0]
+        if key == "rollout_tokens":
+            return sum(values)
+        if key.endswith("_time"):
+            return max(values)
+        return sum(v * w for v, w in zip(values, weights)) / max(sum(weights), 1e-30)
+
+    out = []
+    for part, weights in (("info", [1.0] * len(ranks)), ("stats", [r["weight"] for r in ranks])):
+        keys = list(dict.fromkeys(k for r in ranks for k in r[part]))
+        out.append({k: combine(k, [r[part][k] for r in ranks if k in r[part]],
+                               [w for r, w in zip(ranks, weights) if k in r[part]]) for k in keys})
+    scores = torch.tensor([x for r in ranks for x in r["scores"]], dtype=torch.float32)
+    if len(scores) and "reward_mean" in out[0]:
+        out[0].update(reward_mean=float(scores.mean()), reward_std=float(scores.std(unbiased=False)))
+    return out[0], out[1]
 
 
 def _zero_grad(backend) -> None:

@@ -8,7 +8,9 @@ objective fields), ``steps``/``seed``/``save_every`` (override ``config``), ``re
 ``backend`` ({"kind": "river", "run_id", ...}: a hosted backend, see `models.hosted`; default: local torch),
 ``eval`` (the evaluation protocol: ``samples``, ``temperature``, ``max_new_tokens``, ``allow_truncation``; default
 greedy, see `models.evaluation.EvalProtocol`), ``validate_checkpoints`` (True: each checkpoint is evaluated on
-``eval_prompts``, the validation split), ``init_adapter`` (a parent run's adapter to start from).
+``eval_prompts``, the validation split), ``init_adapter`` (a parent run's adapter to start from), ``nproc`` (N > 1:
+the run on N processes under torchrun, `launch`; the reward is then a component or ``reward_class``
+"module:Class", which each rank builds).
 Everything cheap is validated before the model loads, so a bad flag fails in a second, not after a download.
 """
 from __future__ import annotations
@@ -61,13 +63,13 @@ def _reward(request: Mapping[str, Any], reward, objective):
 
 
 def train_run(request: Mapping[str, Any], *, reward=None, stop: threading.Event | None = None,
-              handle_signals: bool = False, objective=None) -> Iterator[dict[str, Any]]:
+              handle_signals: bool = False, objective=None, world=None) -> Iterator[dict[str, Any]]:
     """Yield the run's events; the last is `completed` or `failed` (errors become a `failed` event). The
     objective is ``request["algorithm"]``'s registered one unless given (a component passes itself)."""
     from .api import Quarantined
 
     try:
-        yield from _train(request, reward, stop, handle_signals, objective)
+        yield from _train(request, reward, stop, handle_signals, objective, world)
     except Quarantined as exc:  # a restore that failed part-way: recorded, and the stream says so
         yield exc.event
     except StatesetError as exc:
@@ -76,7 +78,31 @@ def train_run(request: Mapping[str, Any], *, reward=None, stop: threading.Event 
         yield {"type": "failed", "reason": type(exc).__name__, "message": str(exc)}
 
 
-def _train(request, reward, stop, handle_signals, objective) -> Iterator[dict[str, Any]]:
+def _nproc(request: Mapping[str, Any]) -> int:
+    value = request.get("nproc") or 1
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InputError(f"nproc must be a positive process count, got {value!r}", field="nproc")
+    return value
+
+
+def _check_launch(request: Mapping[str, Any], reward, config, nproc: int) -> str:
+    """What `train --nproc N` needs before anything starts; returns the ranks' device kind ("cpu" or "cuda")."""
+    import torch
+
+    if reward is not None and not request.get("reward_class"):
+        raise InputError("--nproc: each rank builds its own reward, so give a reward component (--reward NAME) or "
+                         "reward_class 'module:Class', not a reward object", field="reward")
+    device = str(config.device)
+    cuda = device != "cpu" and torch.cuda.is_available()
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(f"device {device!r} asked for, but torch sees no CUDA device", field="device")
+    if cuda and torch.cuda.device_count() < nproc:
+        raise InputError(f"--nproc {nproc}: torch sees {torch.cuda.device_count()} GPU(s); one rank per GPU "
+                         "(device cpu runs the ranks on the CPU with gloo)", field="nproc")
+    return "cuda" if cuda else "cpu"
+
+
+def _train(request, reward, stop, handle_signals, objective, world) -> Iterator[dict[str, Any]]:
     from .api import trainer_class
     from .objectives import get_objective
 
@@ -104,6 +130,17 @@ def _train(request, reward, stop, handle_signals, objective) -> Iterator[dict[st
         InitAdapter.open(request["init_adapter"])
     resume, overwrite, reload = bool(request.get("resume")), bool(request.get("overwrite")), bool(request.get("reload"))
     RunDir(request["output"]).check(resume=resume, overwrite=overwrite, reload=reload)  # before the model loads
+    nproc = _nproc(request)
+    if world is not None and world.size != nproc:
+        raise InputError(f"this rank's world has {world.size} processes, the request asks for {nproc}", field="nproc")
+    if nproc > 1 and world is None:  # this process launches the ranks and relays rank 0's events
+        from .distributed import check_supported
+        from .launch import run_distributed
+
+        check_supported(objective, config, nproc, hosted=bool(request.get("backend")))
+        device = _check_launch(request, reward, config, nproc)
+        yield from run_distributed(request, nproc, stop, device)
+        return
     with _reward(request, reward, objective) as grader:
         yield {"type": "log", "message": f"loading base model {request.get('base_model') or '(offline default)'}"}
         backend = request.get("backend")
@@ -120,7 +157,9 @@ def _train(request, reward, stop, handle_signals, objective) -> Iterator[dict[st
                           overwrite=overwrite, reload=reload, base_model_info=info, handle_signals=handle_signals,
                           stop=stop, drop_overlap=bool(request.get("drop_overlap")), backend=backend,
                           eval_protocol=protocol, init_adapter=request.get("init_adapter"),
-                          validate_checkpoints=request.get("validate_checkpoints", True) is not False)
+                          validate_checkpoints=request.get("validate_checkpoints", True) is not False,
+                          world=world, emulate_ranks=int(request.get("_emulate_ranks") or 0),  # test-only
+                          skip_allreduce=bool(request.get("_test_skip_allreduce")))  # test-only
             yield from trainer.events()
         finally:
             close = getattr(getattr(trainer, "backend", None), "close", None)

@@ -3,7 +3,8 @@
     RUN/adapter/           PEFT safetensors of the final adapter (PeftModel.from_pretrained loads it)
     RUN/checkpoints/step-000010/
         adapter/           the adapter at that committed update
-        training_state.pt  optimizer, scheduler, RNG states (python, numpy, torch)
+        training_state.pt  optimizer, scheduler, RNG states (python, numpy, torch; on N ranks every rank's, in
+                           "rank_rng", and state.json says "world_size")
         state.json         step, data cursor, config and its digest, dataset and base-model identity, "files"
                            (the sha256 of every file above), "learner_state" (what it holds), "code" (versions)
         validation_results.json  the checkpoint on the validation prompts (when train was given them)
@@ -98,7 +99,7 @@ class RunDir:
         return dirs[-1] if dirs else None
 
     def save_checkpoint(self, step: int, backend, state: dict[str, Any], keep: int,
-                        protect: frozenset[int] | set[int] = frozenset()) -> Path:
+                        protect: frozenset[int] | set[int] = frozenset(), rank_rng: list | None = None) -> Path:
         """Write checkpoint `step` and delete all but the `keep` most recent, except the steps in `protect` (the
         best one on validation so far, which a person may still nominate)."""
         final = self.checkpoints / f"step-{step:06d}"
@@ -108,6 +109,8 @@ class RunDir:
         tmp.mkdir(parents=True)
         backend.save_adapter(tmp / "adapter")
         blob = {**backend.training_state(), "rng": rng_state()}
+        if rank_rng is not None:  # N ranks: each rank's sampling stream, in rank order (rank 0's is "rng" too)
+            blob["rank_rng"] = list(rank_rng)
         with atomic_write(tmp / "training_state.pt") as f:
             torch.save(blob, f)
         state = {**state, "committed_updates": step, "learner_state": learner_state(blob, state),
@@ -122,14 +125,18 @@ class RunDir:
         return final
 
     @staticmethod
-    def load_checkpoint(path: Path, backend) -> dict[str, Any]:
-        """Load a checkpoint into the backend and the RNGs: the adapter first, then the training state. A failure
-        after the adapter is loaded leaves a mixed state (the caller quarantines the run)."""
+    def load_checkpoint(path: Path, backend, rank: int = 0, world_size: int = 1) -> dict[str, Any]:
+        """Load a checkpoint into the backend and the RNGs (rank `rank`'s of a `world_size`-rank run): the adapter
+        first, then the training state. A failure after the adapter is loaded leaves a mixed state (the caller
+        quarantines the run)."""
         state = load_json(path / "state.json")
         backend.load_adapter(path / "adapter")
         blob = torch.load(path / "training_state.pt", weights_only=False)  # our own file, written above
         backend.load_training_state(blob)
-        set_rng_state(blob["rng"])
+        streams = blob.get("rank_rng")
+        if world_size > 1 and (not streams or len(streams) != world_size):
+            raise ValueError(f"{path.name} holds the RNG state of {len(streams or [1])} rank(s), not {world_size}")
+        set_rng_state(streams[rank] if world_size > 1 else blob["rng"])
         return state
 
     # --------------------------------------------------------------------------------------------- metrics

@@ -43,6 +43,10 @@ class Objective:
     rollout: ClassVar[str] = "single_turn"
     value_head: ClassVar[bool] = False
     builds_reward: ClassVar[bool] = False
+    #: What the loss is a mean over, so N ranks (`train --nproc`) can weight their gradients into the global batch's:
+    #: "rows" (a mean of per-sequence values), "tokens" (a mean over the batch's sampled tokens), or None: the
+    #: objective uses whole-batch statistics and runs on one process only. Declared per class, never guessed.
+    ddp_loss: ClassVar[str | None] = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

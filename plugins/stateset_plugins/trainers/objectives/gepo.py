@@ -36,6 +36,7 @@ class GEPOConfig(RLConfig):
 
 class GEPO(Objective):
     name, stem, Config = "gepo", "GEPO", GEPOConfig
+    ddp_loss = "rows"  # `Objective.ddp_loss`
 
     def loss(self, new_logp, batch, config: GEPOConfig):
         return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon, token_level=False,

@@ -32,6 +32,7 @@ class GRPOConfig(RLConfig):
 
 class GRPO(Objective):
     name, stem, Config = "grpo", "GRPO", GRPOConfig
+    ddp_loss = "rows"  # `Objective.ddp_loss`
 
     def loss(self, new_logp, batch, config: GRPOConfig):
         return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon, token_level=False)

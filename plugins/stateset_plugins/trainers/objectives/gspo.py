@@ -31,6 +31,7 @@ class GSPOConfig(RLConfig):
 
 class GSPO(Objective):
     name, stem, Config = "gspo", "GSPO", GSPOConfig
+    ddp_loss = "rows"  # `Objective.ddp_loss`
 
     def loss(self, new_logp, batch, config: GSPOConfig):
         return policy_loss(new_logp, batch, config.beta, config.epsilon, config.epsilon_high, token_level=False,

@@ -55,6 +55,7 @@ class RLAIF(GRPO):
     RUN/judge_cache.jsonl (in memory without an output directory)."""
 
     name, stem, Config = "rlaif", "RLAIF", RLAIFConfig
+    ddp_loss = None  # the judge and its cache in the run directory are one process's
     builds_reward = True
 
     def check_config(self, config: RLAIFConfig) -> None:

@@ -22,6 +22,7 @@ class SFTConfig(TrainConfig):
 
 class SFT(Objective):
     name, stem, Config = "sft", "SFT", SFTConfig
+    ddp_loss = "tokens"  # `Objective.ddp_loss`
     rollout = "none"
 
     def advantages(self, rewards, group_size: int, config: SFTConfig):
