@@ -17,9 +17,9 @@ from ..formatting import fmt as _fmt
 
 def evaluator_for(capability: str) -> str:
     """The evaluator component that does `capability` ("paired", "judge", "chat"): found by what it declares."""
-    from ..core.registry import get_registry
+    from ..pipeline.evaluation import evaluator_for as found
 
-    return get_registry().offering("evaluator", capability).full_name
+    return found(capability)
 
 
 def _decoding(temperature, max_new_tokens, seed) -> dict[str, Any]:
@@ -117,7 +117,7 @@ def evaluate(
 ):
     """Paired held-out evaluation: base model vs adapter on the same cases, one protocol and one reward."""
     from ..core.errors import InputError
-    from ..pipeline import nomination as nom
+    from ..pipeline.evaluation import run_evaluate
 
     if replay is not None:
         _judge_replay(replay, runtime)
@@ -126,34 +126,16 @@ def evaluate(
         raise InputError("--prompts is required", field="prompts")
     if (judge is None) != (rubric is None):
         raise InputError("--judge and --rubric go together", field="judge")
-    if split not in (None, "validation", "test"):
-        raise InputError(f"--split is validation or test, got {split!r}", field="split")
-    if (adapter is None) == (run is None):
-        raise InputError("give --adapter DIR or --run RUN (one of them)", field="adapter")
-    nominated = None
-    if split == "test":
-        if run is None:
-            raise InputError("--split test evaluates a run's nominated checkpoint: give --run RUN, not --adapter",
-                             field="run")
-        nominated = nom.nomination_of(run)
-        nom.check_test_look(run, nominated, again=again)
-        adapter = run / nominated["adapter"]["path"]
-        output = output or run / nom.TEST_DIR / f"step-{nominated['step']:06d}"
-    elif again:
-        raise InputError("--again goes with --split test", field="again")
-    adapter = adapter or run / "adapter"
-    if output is None:
-        raise InputError("--output is required (except with --split test)", field="output")
     reward, reward_config = reward_and_config(reward, policy, reward_file)
-    request = {"adapter": str(adapter), "prompts": str(prompts), "reward": reward,
-               "reward_config": reward_config, "reward_runtime": reward_runtime, "output": str(output),
-               "base_model": base_model, "dataset": str(dataset) if dataset else None, "drop_overlap": drop_overlap,
-               "protocol": eval_protocol(samples, temperature, max_new_tokens, seed, allow_truncation), "split": split}
-    last = _run_evaluator(evaluator_for("paired"), request, runtime, "evaluating", "evaluation")
-    title = "paired evaluation (descriptive: one run)"
-    if nominated is not None:
-        look = nom.record_test_look(run, nominated, Path(last["output"]), last["results"], again=again)
-        title = f"test look at nominated checkpoint {nominated['step']}" + (" (again)" if look["again"] else "")
+    with _progress() as progress:
+        task = progress.add_task("evaluating", total=None)
+        done = run_evaluate(prompts=prompts, reward=reward, reward_config=reward_config, adapter=adapter, run=run,
+                            output=output, split=split, again=again, base_model=base_model, dataset=dataset,
+                            drop_overlap=drop_overlap,
+                            protocol=eval_protocol(samples, temperature, max_new_tokens, seed, allow_truncation),
+                            runtime=runtime, reward_runtime=reward_runtime,
+                            on_event=lambda event: _show_event(progress, task, event))
+    last, title = done["completed"], done["title"]
     _render_statistics(title, last["results"])
     console.print(f"wrote {last['output']}")
     if judge is not None:
@@ -164,24 +146,21 @@ def _run_judge(request: dict[str, Any], runtime: str) -> dict[str, Any]:
     return _run_evaluator(evaluator_for("judge"), request, runtime, "judging", "judging")
 
 
+def _show_event(progress, task, event: dict[str, Any]) -> None:
+    if event.get("type") == "progress":
+        progress.update(task, completed=event["step"], total=event["total"])
+    elif event.get("type") == "log":
+        err_console.print(event.get("message", ""), highlight=False)
+
+
 def _run_evaluator(component: str, request: dict[str, Any], runtime: str, doing: str,
                    what: str) -> dict[str, Any]:
     """Run an evaluator with a progress bar (its log events printed); its completed event, or an error."""
-    from ..core.errors import StatesetError
-    from ..core.runtimes import load_component
+    from ..pipeline.evaluation import run_component
 
-    last: dict[str, Any] = {}
-    with load_component(component, runtime=runtime) as evaluator, _progress() as progress:
+    with _progress() as progress:
         task = progress.add_task(doing, total=None)
-        for event in evaluator.run(request):
-            last = event
-            if event.get("type") == "progress":
-                progress.update(task, completed=event["step"], total=event["total"])
-            elif event.get("type") == "log":
-                err_console.print(event.get("message", ""), highlight=False)
-    if last.get("type") != "completed":
-        raise StatesetError(f"{what} failed: {last.get('message') or 'no completed event'}")
-    return last
+        return run_component(component, request, runtime, what, lambda event: _show_event(progress, task, event))
 
 
 def _judge_answers(results: Path, judge: Path, rubric: Path, runtime: str) -> None:
