@@ -94,6 +94,19 @@ def register_serving(register):
     it is imported only when `serve` starts."""
 
 
+@hookspec
+def register_recipes(register):
+    """Register industry recipes (`stateset-agents industry list | show | prepare`):
+
+        register("my_pkg.recipe:RECIPE", name="pharmacy", version="1.0.0", summary="Prescription refills")
+
+    The target ("module:attr", imported only when the recipe is shown or prepared) is an object with `tools` (OpenAI
+    tool schemas), `policy` (the policy file's YAML text), `policy_text` (the policy in prose, Markdown), `rewards`
+    (reward configs: `[{"reward": NAME, "config": {...}, "policy": bool}, ...]`, the first one the loop's) and
+    `generate(size, seed)`, which yields conversations in ingest's `openai` form, each with `metadata.customer_id`
+    and `metadata.label` (what the conversation shows). docs/industry.md documents it."""
+
+
 HOOK_FOR_KIND = {
     "ingestor": "register_ingestors",
     "reward": "register_rewards",

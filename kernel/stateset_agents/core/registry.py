@@ -174,6 +174,26 @@ class ServingSpec:
         return getattr(importlib.import_module(module), attr)
 
 
+@dataclass(frozen=True)
+class RecipeSpec:
+    """An industry recipe (`register_recipes`): loaded, lazily, by "module:attr" (hookspec documents the object)."""
+
+    name: str
+    target: str
+    version: str = "0.0.0"
+    summary: str = ""
+    plugin: str = ""
+    package: str = ""
+
+    def load(self) -> Any:
+        module, _, attr = self.target.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise StatesetError(f"plugin {self.plugin}: recipe {self.name!r} names {self.target}, which does not "
+                                f"load: {type(exc).__name__}: {exc}") from None
+
+
 @dataclass
 class Registry:
     components: dict[str, ComponentSpec] = field(default_factory=dict)
@@ -182,6 +202,12 @@ class Registry:
     options: list[OptionSpec] = field(default_factory=list)
     images: dict[str, ImageSpec] = field(default_factory=dict)
     serving: dict[str, ServingSpec] = field(default_factory=dict)
+    recipes: dict[str, RecipeSpec] = field(default_factory=dict)
+
+    def recipe(self, name: str) -> RecipeSpec:
+        if name not in self.recipes:
+            raise UnknownComponent(f"no recipe {name!r}; installed: {', '.join(sorted(self.recipes)) or 'none'}")
+        return self.recipes[name]
 
     def serving_engine(self, name: str | None = None) -> ServingSpec:
         """The serving engine named, else the only one installed."""
@@ -353,6 +379,19 @@ def _make_serving_register(registry: Registry, plugin: str) -> Callable:
     return register
 
 
+def _make_recipe_register(registry: Registry, plugin: str, package: str) -> Callable:
+    def register(target: str, *, name: str, version: str = "0.0.0", summary: str = "") -> None:
+        if not name or not isinstance(target, str) or ":" not in target:
+            raise StatesetError(f"plugin {plugin}: a recipe needs a name and a 'module:attr' target")
+        if name in registry.recipes:
+            raise StatesetError(f"recipe {name!r} is registered twice: by plugin {registry.recipes[name].plugin} "
+                                f"and by plugin {plugin}")
+        registry.recipes[name] = RecipeSpec(name=name, target=target, version=version, summary=summary,
+                                            plugin=plugin, package=package)
+
+    return register
+
+
 def _split_env(var: str) -> list[str] | None:
     raw = os.environ.get(var)
     if raw is None:
@@ -404,6 +443,9 @@ def discover() -> Registry:
         impl.function(register=_make_image_register(registry, impl.plugin_name))
     for impl in reversed(pm.hook.register_serving.get_hookimpls()):
         impl.function(register=_make_serving_register(registry, impl.plugin_name))
+    for impl in reversed(pm.hook.register_recipes.get_hookimpls()):
+        impl.function(register=_make_recipe_register(registry, impl.plugin_name,
+                                                     packages.get(impl.plugin_name, "?")))
     registry.plugins.update(packages)
     return registry
 
