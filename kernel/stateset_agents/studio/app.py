@@ -26,8 +26,8 @@ KEYS = (
     ("Tab / Shift+Tab", "move between fields and buttons; Enter presses a button or picks a list item"),
     ("ctrl+r", "review: check the form, quote it against the cap and write the plan (as `finetune prepare`)"),
     ("ctrl+l", "launch the reviewed plan (the same plan attaches to its run, never a second job)"),
-    ("ctrl+k", "stop the run cooperatively (it saves a checkpoint at the next safe boundary)"),
-    ("ctrl+u", "resume a stopped run exactly from its last complete checkpoint (a plan to review and launch)"),
+    ("ctrl+t", "stop the run cooperatively (it saves a checkpoint at the next safe boundary)"),
+    ("ctrl+g", "resume a stopped run exactly from its last complete checkpoint (a plan to review and launch)"),
     ("ctrl+n", "next curve: reward mean, reward std, loss, KL, clip fraction, tokens/s"),
     ("ctrl+o", "attach to the run directory or run id typed in Watch"),
     ("PgUp / PgDn", "scroll the pane"),
@@ -69,7 +69,7 @@ class StudioApp(App):
         Binding("f2", "pane('data')", "data"), Binding("f3", "pane('configure')", "configure"),
         Binding("f4", "pane('review')", "review"), Binding("f5", "pane('watch')", "watch"),
         Binding("ctrl+r", "review", "review plan"), Binding("ctrl+l", "launch", "launch"),
-        Binding("ctrl+k", "stop", "stop"), Binding("ctrl+u", "resume", "resume", show=False),
+        Binding("ctrl+t", "stop", "stop"), Binding("ctrl+g", "resume", "resume", show=False),
         Binding("ctrl+n", "next_curve", "curve", show=False), Binding("ctrl+o", "attach", "attach", show=False),
     ]
 
@@ -310,7 +310,7 @@ class StudioApp(App):
         record = state.load_record(run_id) or {}
         try:
             if record.get("phase") in state.FINAL_PHASES:
-                note = f"run {run_id} is already {record['phase']}: watching it (a stopped run resumes with ctrl+u)"
+                note = f"run {run_id} is already {record['phase']}: watching it (a stopped run resumes with ctrl+g)"
             else:
                 record = actions.launch(plan_dir, self.workspace)
                 note = (f"attached to the existing job {record['job'].get('job_id')} of run {run_id}"

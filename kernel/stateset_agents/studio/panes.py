@@ -171,8 +171,8 @@ class WatchPane(VerticalScroll):
 
         yield PlotextPlot(id="watch-plot")
         with Horizontal(classes="row"):
-            yield Button("Stop (ctrl+k)", id="watch-stop", variant="warning", disabled=True)
-            yield Button("Resume (ctrl+u)", id="watch-resume", disabled=True)
+            yield Button("Stop (ctrl+t)", id="watch-stop", variant="warning", disabled=True)
+            yield Button("Resume (ctrl+g)", id="watch-resume", disabled=True)
             yield Button("Next curve (ctrl+n)", id="watch-curve")
         yield Label("checkpoints")
         yield DataTable(id="watch-checkpoints", show_cursor=False)
