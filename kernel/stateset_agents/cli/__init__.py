@@ -8,7 +8,7 @@ from .app import app, err_console
 # Command modules register themselves on import; keep them light (heavy imports inside the command bodies).
 _COMMAND_MODULES = ("plugins_cmd", "ingest_cmd", "improve_cmd", "train_cmd", "quickstart_cmd", "evidence_cmd", "images_cmd", "remote_cmd",
                     "finetune_cmd", "benchmark_cmd", "calibrate_cmd", "serve_cmd", "keys_cmd", "studio_cmd",
-                    "mcp_cmd")
+                    "mcp_cmd", "industry_cmd")
 
 
 def _load_commands() -> None:
