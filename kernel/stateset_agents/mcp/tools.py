@@ -115,11 +115,14 @@ def reward_of(call: Call, *, required: bool = True) -> tuple[str | None, dict[st
     return reward_and_config(call.get("reward"), call.path("policy"), call.path("reward_config"), required=required)
 
 
-def needs_component(kind: str, capability: str) -> Callable[[Any], str | None]:
-    """Unavailable when the component of `kind` offering `capability` (the one the tool would run) is missing its
-    optional dependencies, as `plugins list` reports them."""
+def needs_component(kind: str, capability: str, face: str | None = None) -> Callable[[Any], str | None]:
+    """Unavailable when the component the tool runs (of `kind` offering `capability`: the face's default where it
+    has one, else any) is missing its optional dependencies, as `plugins list` reports them."""
     def check(registry) -> str | None:
         specs = [s for s in registry.all(kind) if s.offers(capability)]
+        default = registry.default(kind, capability, face=face) if face else None
+        if default is not None:
+            specs = [registry.resolve(default, kind)]
         if not specs:
             return f"no installed {kind} offers {capability!r}"
         if any(s.available for s in specs):

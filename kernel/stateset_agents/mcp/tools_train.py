@@ -164,7 +164,7 @@ TOOLS = [
              manifest={"type": "string"}, eval={"type": ["object", "null"]}, checkpoints=ANY_LIST,
              best_on_validation={"type": ["integer", "null"]}),
          _train, lambda r: f"run {r['run_id']}: {r['committed_updates']} committed updates; adapter {r['adapter']}",
-         needs_component("trainer", "local")),
+         needs_component("trainer", "local", face="train")),
     Tool("evaluate", "Paired held-out evaluation: base model vs adapter on the same cases, one protocol and one "
                      "reward (`evaluate`); with split test, the nominated checkpoint of run, one look (recorded).",
          {"prompts": path("Held-out prompts: .txt (one a line) or .jsonl"), **REWARD_ARGS,
