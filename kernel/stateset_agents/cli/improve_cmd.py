@@ -7,7 +7,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from ..pipeline.improve import DEFAULT_BASE_MODEL, DEFAULT_BATCH, DEFAULT_HELD_OUT, DEFAULT_THRESHOLD
+from ..pipeline.improve import CHUNK_BYTES, DEFAULT_BASE_MODEL, DEFAULT_BATCH, DEFAULT_HELD_OUT, DEFAULT_THRESHOLD
 from .app import console, err_console, improve_app
 from .options import REWARD_FILE_HELP
 from ..formatting import fmt as _fmt
@@ -31,6 +31,16 @@ def run_cmd(
                                                   "train loads its offline default)."),
     batch_size: int = typer.Option(DEFAULT_BATCH, "--batch-size", help="Conversations per grading call."),
     reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
+    workers: Optional[int] = typer.Option(None, "--workers",
+                                          help="Grading processes (default: one per core); outputs are the same "
+                                               "bytes as one process's. With --engine ray: chunks out at once "
+                                               "(default: the cluster's CPUs)."),
+    engine: str = typer.Option("local", "--engine", help="Where workers run: local (processes here) or ray."),
+    address: Optional[str] = typer.Option(None, "--address",
+                                          help="With --engine ray: the cluster to join (default: start a local "
+                                               "one)."),
+    chunk_bytes: int = typer.Option(CHUNK_BYTES, "--chunk-bytes", hidden=True,
+                                    help="Input bytes per worker chunk."),
 ):
     """Grade every assistant turn with a reward and curate the best into a training set."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -46,12 +56,23 @@ def run_cmd(
 
         summary = run_improve(transcripts, reward, output, threshold=threshold, policy=policy, runtime=runtime,
                               held_out_fraction=held_out, base_model=base_model, batch_size=batch_size,
-                              reward_config=reward_file, on_progress=on_progress)
+                              reward_config=reward_file, on_progress=on_progress,
+                              workers=_workers(workers, engine), engine=engine, address=address,
+                              chunk_bytes=chunk_bytes)
     _render_summary(summary)
     if summary["counts"]["curated"] == 0:
         err_console.print("[yellow]warning:[/] no turn reached the threshold; see next_steps.md")
     console.print(f"\nWrote {summary['output_dir']}. Next, train on it:")
     typer.echo(summary["train_command"])  # plain echo: never wrapped, so it pastes as printed
+
+
+def _workers(workers: Optional[int], engine: str) -> Optional[int]:
+    """None for Ray (the cluster's CPUs); here, one per core unless told."""
+    if workers is not None or engine == "ray":
+        return workers
+    from ..pipeline.grading_engines import default_workers
+
+    return default_workers()
 
 
 @improve_app.command("status")

@@ -24,25 +24,25 @@ and all are renamed at the end, the summary last: a killed run leaves the old ou
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import math
 import os
 import shlex
 import sys
 import threading
-from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 import orjson
 
 from ..core._version import __version__
-from ..core.components import GradeItem
-from ..core.errors import InputError, PluginError
-from ..core.jsonio import atomic_write, dumps, dumps_line, load_json, rare_gc, read_jsonl_lines, sha256_file
+from ..core.errors import InputError
+from ..core.jsonio import atomic_write, dumps, load_json, rare_gc, read_jsonl_lines, sha256_file
 from ..plugin_api.splits import LEGACY_HELD_OUT, SPLIT_FILES, TEST, VALIDATION
-from .curated_rows import Conversation, CuratedSink, Sink, group_key, role_of
+from .curated_rows import CuratedSink, Sink
+from .grading import Curation, GradeTask, Merger, Tally, check_conversation, final_counts
+from .grading_engines import CHUNK_BYTES, ENGINES
+
+_check_conversation = check_conversation  # the name `pipeline.robustness` imports
 
 TRANSCRIPTS = "transcripts.jsonl"
 GRADED, CURATED = "graded.jsonl", "curated.jsonl"
@@ -62,7 +62,6 @@ DEFAULT_HELD_OUT = 0.1
 #: None: the train command names no base model, so train loads its offline default (never a hub id that fails
 #: offline).
 DEFAULT_BASE_MODEL = None
-QUANTILES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 
 
 # ------------------------------------------------------------------------------------------------------ inputs
@@ -98,83 +97,7 @@ def load_policy(path: str | os.PathLike) -> Any:
         raise InputError(f"the policy holds a value JSON cannot carry: {exc}", path=str(path)) from None
 
 
-def _check_conversation(obj: Any, shown: str, line: int) -> tuple[dict[str, Any], list[int], bool]:
-    """The conversation, its id made a string; the indices of its assistant turns (found in the same pass); and
-    whether it is unchanged (its id was a string already)."""
-    def bad(message: str, field: str | None) -> None:
-        raise InputError(message, path=shown, line=line, field=field)
-
-    if not isinstance(obj, dict):
-        bad("expected a JSON object (one conversation a line)", None)
-    cid = obj.get("id")
-    if isinstance(cid, bool) or not isinstance(cid, (str, int)) or cid == "":
-        bad("missing or invalid conversation id", "id")
-    as_read = isinstance(cid, str)
-    obj["id"] = str(cid)
-    messages = obj.get("messages")
-    if not isinstance(messages, list) or not messages:
-        bad("expected a non-empty list of messages", "messages")
-    turns = []
-    for i, m in enumerate(messages):
-        role = m.get("role") if isinstance(m, dict) else None
-        if not isinstance(role, str):
-            bad("expected a message object with a string role", f"messages[{i}].role")
-        if role == "assistant":
-            turns.append(i)
-        calls = m.get("tool_calls")
-        if calls is not None and not isinstance(calls, list):
-            bad("expected a list of tool calls or null", f"messages[{i}].tool_calls")
-    for key, kind, what in (("tools", list, "a list"), ("metadata", dict, "an object"), ("source", dict, "an object")):
-        if obj.get(key) is not None and not isinstance(obj[key], kind):
-            bad(f"expected {what} or null", key)
-    return obj, turns, as_read
-
-
 # ------------------------------------------------------------------------------------------------------ outputs
-
-
-class _Tally:
-    """Score distribution and per-check means over applicable turns, in constant memory: scores are counted by
-    value rounded to 4 decimals, so the quantiles are exact to 1e-4 whatever the input size."""
-
-    def __init__(self):
-        self.values: Counter[float] = Counter()
-        self.checks: dict[str, list[float]] = {}
-
-    def add(self, score: float, breakdown: Any) -> None:
-        self.values[round(score, 4)] += 1
-        if isinstance(breakdown, dict):
-            checks = self.checks
-            for key, value in breakdown.items():
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    acc = checks.get(key)
-                    if acc is None:
-                        acc = checks[key] = [0.0, 0]
-                    acc[0] += float(value)
-                    acc[1] += 1
-
-    def summary(self) -> dict[str, Any]:
-        n = sum(self.values.values())
-        counts = [0] * 10
-        for value, c in self.values.items():
-            counts[min(int(value * 10), 9)] += c
-        ordered = sorted(self.values.items())
-        quantiles: dict[str, float | None] = {}
-        for q in QUANTILES:
-            rank, seen, found = max(1, math.ceil(q * n)), 0, None  # nearest rank
-            for value, c in ordered:
-                seen += c
-                if seen >= rank:
-                    found = value
-                    break
-            quantiles[f"p{round(q * 100)}"] = found
-        return {
-            "over": "applicable turns", "n": n,
-            "mean": sum(v * c for v, c in ordered) / n if n else None,
-            "quantiles": quantiles,
-            "histogram": {"edges": [i / 10 for i in range(11)], "counts": counts},
-            "checks": {k: {"mean": s / c, "n": c} for k, (s, c) in sorted(self.checks.items())},
-        }
 
 
 def train_command(*, dataset: str, reward: str, base_model: str | None, eval_prompts: str | None, output: str,
@@ -208,11 +131,16 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
                 runtime: str = "inprocess", held_out_fraction: float = DEFAULT_HELD_OUT,
                 base_model: str | None = DEFAULT_BASE_MODEL, batch_size: int = DEFAULT_BATCH,
                 reward_config: str | os.PathLike | None = None,
-                on_progress: Callable[[dict[str, int]], None] | None = None) -> dict[str, Any]:
+                on_progress: Callable[[dict[str, int]], None] | None = None, workers: int | None = 1,
+                engine: str = "local", address: str | None = None,
+                chunk_bytes: int = CHUNK_BYTES) -> dict[str, Any]:
     """Grade, curate, and write OUT's files; returns the summary (as written to improve_summary.json).
     `reward_config` is a reward config file (`calibration.load_reward_file`: the reward's config, and the weights
-    `improve calibrate` fitted)."""
+    `improve calibrate` fitted). `workers` > 1 grades on that many local processes (None: one per core); `engine`
+    "ray" on a Ray cluster (`address`, default a local one); both in chunks of about `chunk_bytes` of input, with
+    outputs byte-identical to one process's (`grading_engines`)."""
     from ..core.calibration import CALIBRATION_KEY, resolve_reward
+    from ..core.registry import PLUGIN_MODULES_ENV
     from ..core.runtimes import load_component
 
     if not 0.0 <= threshold <= 1.0:
@@ -222,6 +150,8 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
                          f"{held_out_fraction}", field="held_out")
     if batch_size < 1:
         raise InputError("batch size must be at least 1", field="batch_size")
+    if chunk_bytes < 1:
+        raise InputError("chunk size must be at least 1 byte", field="chunk_bytes")
     src = transcripts_path(transcripts)
     shown = str(src)
     if not src.is_file():
@@ -232,33 +162,62 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
                                     config_file)
     if not reward:
         raise InputError("name the reward (--reward, or a --reward-config file)", field="reward")
+
+    if engine not in ENGINES:
+        raise InputError(f"unknown grading engine {engine!r}; choose one of {', '.join(ENGINES)}", field="engine")
+    if workers is not None and workers < 1:
+        raise InputError("--workers must be at least 1", field="workers")
+    if address is not None and engine != "ray":
+        raise InputError("--address names a Ray cluster: use it with --engine ray", field="address")
+    # A log of one chunk is graded here: starting workers would cost more than they save (the bytes are the same).
+    chunked = engine == "ray" or ((workers or 1) > 1 and src.stat().st_size > chunk_bytes)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
 
-    with load_component(reward, kind="reward", config=config, runtime=runtime) as grader, \
-            ThreadPoolExecutor(1) as hasher, rare_gc():
+    with contextlib.ExitStack() as stack:
+        if chunked:
+            from ..core.registry import get_registry
+
+            get_registry().resolve(reward, "reward")  # an unknown name fails here, before any worker starts
+            grader = None
+        else:
+            grader = stack.enter_context(load_component(reward, kind="reward", config=config, runtime=runtime))
+        hasher = stack.enter_context(ThreadPoolExecutor(1))
+        stack.enter_context(rare_gc())
         # hashlib releases the GIL on large blocks, so the input's digest costs no time beside the parsing; at a low
         # priority, so that it takes no core from an out-of-process reward either.
         input_sha = hasher.submit(_background_digest, src)
-        identity = grader.identity()
-        who = f"reward:{identity['name']}"
-        with contextlib.ExitStack() as stack:
+        with contextlib.ExitStack() as files:
             # Entered first, so renamed last: the summary marks a complete set of outputs.
-            summary_file = stack.enter_context(atomic_write(out / SUMMARY))
-            next_file = stack.enter_context(atomic_write(out / NEXT_STEPS, "w"))
-            curated_sink = CuratedSink(stack.enter_context(atomic_write(out / CURATED, "w+b")), out)
-            split_sinks = {role: Sink(stack.enter_context(atomic_write(out / name)))
+            summary_file = files.enter_context(atomic_write(out / SUMMARY))
+            next_file = files.enter_context(atomic_write(out / NEXT_STEPS, "w"))
+            curated_sink = CuratedSink(files.enter_context(atomic_write(out / CURATED, "w+b")), out)
+            split_sinks = {role: Sink(files.enter_context(atomic_write(out / name)))
                            for role, name in SPLIT_FILES.items()}
-            graded_sink = Sink(stack.enter_context(atomic_write(out / GRADED)))
-            counts = _grade_all(grader, who, src, shown, input_sha, threshold, held_out_fraction, batch_size,
-                                graded_sink, split_sinks, curated_sink, on_progress, send_raw=runtime != "inprocess")
+            graded_sink = Sink(files.enter_context(atomic_write(out / GRADED)))
+            sinks = (graded_sink, split_sinks, curated_sink)
+            options = dict(threshold=threshold, fraction=held_out_fraction, batch_size=batch_size)
+            if grader is not None:
+                identity, raw_counts, tally = _grade_here(grader, src, shown, input_sha, sinks, on_progress,
+                                                          send_raw=runtime != "inprocess", **options)
+            else:
+                identity, raw_counts, tally = _grade_chunked(
+                    GradeTask(reward, config, runtime, source_path=os.path.abspath(src), shown=shown,
+                              plugin_modules=os.environ.get(PLUGIN_MODULES_ENV), **options),
+                    src, input_sha, sinks, on_progress, engine=engine, workers=workers, address=address,
+                    chunk_bytes=chunk_bytes)
+            counts = final_counts(raw_counts)
+            if counts["conversations"] == 0:
+                raise InputError("no conversations in this file", path=shown)
+            if counts["turns_graded"] == 0:
+                raise InputError("no assistant turns to grade in any conversation", path=shown, field="messages")
+            who = f"reward:{identity['name']}"
             curated_sink.finish()
             outputs = {GRADED: graded_sink.describe(), CURATED: curated_sink.describe(),
                        **{SPLIT_FILES[role]: sink.describe() for role, sink in split_sinks.items()}}
             stale = out / HELD_OUT  # a schema-1 file left here would be read as this run's: it is not
             if stale.exists():
                 stale.unlink()
-            tally = counts.pop("tally")
             summary = {
                 "schema_version": SUMMARY_SCHEMA,
                 "step": "improve",
@@ -302,132 +261,35 @@ def _background_digest(path: Path) -> str:
     return sha256_file(path)
 
 
-def _grade_all(grader, who: str, src: Path, shown: str, input_sha: Future, threshold: float, fraction: float,
-               batch_size: int, graded: Sink, split_sinks: Mapping[str, Sink], curated: CuratedSink,
-               on_progress: Callable[[dict[str, int]], None] | None, send_raw: bool) -> dict[str, Any]:
-    source = (os.path.abspath(src), input_sha)
-    tally = _Tally()
-    c = dict.fromkeys(("conversations", "turns_graded", "applicable", "not_applicable", "at_or_above_threshold",
-                       "curated", "curated_conversations", "validation_conversations", "validation_prompts",
-                       "test_conversations", "test_prompts", "held_out_conversations", "held_out_prompts",
-                       "held_out_turns_withheld"), 0)
-    prompts_by_role = {VALIDATION: 0, TEST: 0}
-    in_flight: deque[list[Conversation]] = deque()
-
-    def batches() -> Iterator[list[GradeItem]]:
-        batch: list[Conversation] = []
-        items: list[GradeItem] = []
-        for line, raw, obj in read_jsonl_lines(src, display=shown):
-            data, turns, as_read = _check_conversation(obj, shown, line)
-            c["conversations"] += 1
-            role, group = _role_and_group(data, fraction)
-            conv = Conversation(data, line, turns, role, group)
-            if conv.held_out:
-                c["held_out_conversations"] += 1
-                c[f"{role}_conversations"] += 1
-            if turns:  # nothing to ask the reward about a conversation without assistant turns
-                batch.append(conv)
-                # An out-of-process reward is sent the line as read, not a re-serialisation, where it still says
-                # what the checked conversation says.
-                items.append(GradeItem(data, raw_json=raw if send_raw and as_read else None, assistant_turns=turns))
-            if len(batch) >= batch_size:
-                in_flight.append(batch)
-                yield items
-                batch, items = [], []
-        if batch:
-            in_flight.append(batch)
-            yield items
-
-    # An out-of-process reward pipelines batches (its grading overlaps our parsing and writing) through grade_many.
-    results = grader.grade_many(batches(), screened=True)
-    add_score = tally.add
-    # Per-turn counts in locals: this loop runs for every assistant turn of the input.
-    applicable_n = curated_n = withheld_n = prompts_n = 0
-    for rows in results:
-        batch = in_flight.popleft()
-        # Conversations the reward screened out (out of process) have rows in the JSONL only, every one not
-        # applicable: nothing of theirs is curated, held out or tallied.
-        screened = getattr(rows, "screened", ())
-        expected = sum(len(conv.turns) for i, conv in enumerate(batch) if i not in screened)
-        if len(rows) != expected:
-            raise PluginError(who, "grade", f"returned {len(rows)} grades for {expected} assistant turns")
-        # A bad row below fails the run: nothing is kept. Rows that came as JSONL (an out-of-process reward's) are
-        # written as they came: the same bytes as encoding them here.
-        total = len(rows) + getattr(rows, "screened_rows", 0)
-        graded.add(getattr(rows, "jsonl", None) or b"".join(map(dumps_line, rows)), total)
-        c["turns_graded"] += total
-        rows_iter = iter(rows)
-        for i, conv in enumerate(batch):
-            if screened and i in screened:
-                continue
-            prompt_written = False
-            had_curated = False
-            cid = conv.data["id"]
-            for turn in conv.turns:
-                row = next(rows_iter)
-                score, applicable = _check_grade(row, cid, turn, who)
-                if not applicable:
-                    continue
-                applicable_n += 1
-                add_score(score, row["breakdown"])
-                if conv.held_out:
-                    # The prompt must hold the first user message (the split key) to be safe from collisions.
-                    if not prompt_written and any(m.get("role") == "user" for m in conv.data["messages"][:turn]):
-                        split_sinks[conv.role].add(conv.held_out_line(turn, source))
-                        prompts_by_role[conv.role] += 1
-                        prompts_n += 1
-                        prompt_written = True
-                    if score >= threshold:
-                        withheld_n += 1
-                    continue
-                if score >= threshold:
-                    curated.add_line(*conv.curated_line(turn, score, source))
-                    curated_n += 1
-                    had_curated = True
-            c["curated_conversations"] += had_curated
-        for sink in (graded, curated, *split_sinks.values()):
-            sink.flush()
-        if on_progress:
-            on_progress({"conversations": c["conversations"], "turns": c["turns_graded"]})
-    c.update(applicable=applicable_n, not_applicable=c["turns_graded"] - applicable_n, curated=curated_n,
-             held_out_prompts=prompts_n, held_out_turns_withheld=withheld_n,
-             validation_prompts=prompts_by_role[VALIDATION], test_prompts=prompts_by_role[TEST],
-             at_or_above_threshold=curated_n + withheld_n)
-    if c["conversations"] == 0:
-        raise InputError("no conversations in this file", path=shown)
-    if c["turns_graded"] == 0:
-        raise InputError("no assistant turns to grade in any conversation", path=shown, field="messages")
-    return {**c, "tally": tally}
+def _grade_here(grader, src: Path, shown: str, input_sha: Future, sinks, on_progress, *, threshold: float,
+                fraction: float, batch_size: int, send_raw: bool) -> tuple[dict[str, str], dict[str, int], Tally]:
+    """Grade in this process, a batch at a time."""
+    graded, split_sinks, curated = sinks
+    identity = grader.identity()
+    curation = Curation(f"reward:{identity['name']}", threshold=threshold, fraction=fraction, batch_size=batch_size,
+                        send_raw=send_raw, source=(os.path.abspath(src), input_sha), graded=graded,
+                        split_sinks=split_sinks, curated=curated)
+    c = curation.c
+    progress = (lambda: on_progress({"conversations": c["conversations"], "turns": c["turns_graded"]})
+                ) if on_progress else None
+    curation.run(grader, read_jsonl_lines(src, display=shown), shown, progress)
+    return identity, c, curation.tally
 
 
-def _role_and_group(data: Mapping[str, Any], fraction: float) -> tuple[str, str]:
-    """The conversation's split role, and its group as the split rows record it."""
-    kind, key = group_key(data)
-    role = role_of(key, fraction)
-    if role == "train":
-        return role, ""  # curated rows do not record the group: their lineage names the conversation
-    return role, key.decode() if kind != "opening" else f"opening:{hashlib.sha256(key).hexdigest()[:16]}"
+def _grade_chunked(task: GradeTask, src: Path, input_sha: Future, sinks, on_progress, *, engine: str,
+                   workers: int | None, address: str | None,
+                   chunk_bytes: int) -> tuple[dict[str, str], dict[str, int], Tally]:
+    """Grade on worker processes or a Ray cluster, merging in input order."""
+    from .grading_engines import grade_in_chunks
 
-
-def _check_grade(row: Any, cid: str, turn: int, who: str) -> tuple[float, bool]:
-    """The reward must answer the turn asked, in order, with a score in [0, 1]: anything else is its fault."""
-    try:  # the common case, cheaply: it runs for every turn
-        score, applicable = row["score"], row["applicable"]
-        if (row["conversation_id"] == cid and row["turn_index"] == turn and type(score) is float
-                and 0.0 <= score <= 1.0 and type(applicable) is bool and "breakdown" in row):
-            return score, applicable
-    except (TypeError, KeyError):
-        pass
-    if not isinstance(row, dict) or row.get("conversation_id") != cid or row.get("turn_index") != turn:
-        got = (row.get("conversation_id"), row.get("turn_index")) if isinstance(row, dict) else type(row).__name__
-        raise PluginError(who, "grade", f"expected the grade of conversation {cid!r} turn {turn}, got {got!r}")
-    score, applicable = row.get("score"), row.get("applicable")
-    if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0.0 <= score <= 1.0:
-        raise PluginError(who, "grade", f"score {score!r} for conversation {cid!r} turn {turn} is not in [0, 1]")
-    if not isinstance(applicable, bool):
-        raise PluginError(who, "grade", f"'applicable' for conversation {cid!r} turn {turn} is not a boolean")
-    row.setdefault("breakdown", {})
-    return float(score), applicable
+    graded, split_sinks, curated = sinks
+    merger = Merger(graded, split_sinks, curated)
+    c = merger.c
+    progress = (lambda: on_progress({"conversations": c["conversations"], "turns": c["turns_graded"]})
+                ) if on_progress else None
+    grade_in_chunks(task, src, input_sha, merger, engine=engine, workers=workers, address=address,
+                    chunk_bytes=chunk_bytes, after_chunk=progress)
+    return merger.identity or {"name": task.reward}, c, merger.tally
 
 
 # --------------------------------------------------------------------------------------------- reading results
