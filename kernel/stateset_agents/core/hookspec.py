@@ -98,13 +98,14 @@ def register_serving(register):
 def register_recipes(register):
     """Register industry recipes (`stateset-agents industry list | show | prepare`):
 
-        register("my_pkg.recipe:RECIPE", name="pharmacy", version="1.0.0", summary="Prescription refills")
+        register("my_pkg.recipe:RECIPE", name="claims", version="1.0.0", summary="Insurance claims")
 
     The target ("module:attr", imported only when the recipe is shown or prepared) is an object with `tools` (OpenAI
     tool schemas), `policy` (the policy file's YAML text), `policy_text` (the policy in prose, Markdown), `rewards`
-    (reward configs: `[{"reward": NAME, "config": {...}, "policy": bool}, ...]`, the first one the loop's) and
-    `generate(size, seed)`, which yields conversations in ingest's `openai` form, each with `metadata.customer_id`
-    and `metadata.label` (what the conversation shows). docs/industry.md documents it."""
+    (reward configs: `[{"reward": NAME, "config": {...}, "policy": bool}, ...]`, the first one the loop's),
+    `log_format` (the ingestor that reads what `generate` yields) and `generate(size, seed)`, which yields
+    conversations (`{"id", "messages", "tools", "metadata"}`), each with `metadata.customer_id` and
+    `metadata.label` (what the conversation shows). docs/industry.md documents it."""
 
 
 HOOK_FOR_KIND = {

@@ -6,7 +6,8 @@ A recipe is a plugin (`register_recipes`; core/hookspec.py documents the object 
     bundle.json         the recipe, seed and size, every file's sha256 and role, the overlap audit
     policy.yaml         the policy file (`--policy`), policy.md its prose, tools.json the tool schemas
     rewards/NAME.yaml   reward config files (`--reward-config`)
-    train/conversations.jsonl                          ingest's openai form, every row ``"split": "train"``
+    train/conversations.jsonl                          conversations (the recipe's log format), every row
+                                                       ``"split": "train"``
     validation/conversations.jsonl, validation/prompts.jsonl   the same for validation (rows say their role)
     test/conversations.jsonl, test/prompts.jsonl
 
@@ -43,7 +44,7 @@ HELD_OUT_SHARE = 0.15
 DEFAULT_SIZE = 200
 USE = ("generated: for starting and smoke-testing the loop only; never for reward-validity or evidence figures "
        "(those come from data nobody here wrote)")
-_NEEDS = ("tools", "policy", "policy_text", "rewards", "generate")
+_NEEDS = ("tools", "policy", "policy_text", "rewards", "log_format", "generate")
 
 
 # ------------------------------------------------------------------------------------------------ recipes
@@ -70,6 +71,7 @@ def load_recipe(name: str) -> tuple[Any, Any]:
     rewards = recipe.rewards
     if not rewards or not all(isinstance(r, Mapping) and isinstance(r.get("reward"), str) for r in rewards):
         raise StatesetError(f"recipe {name!r}: rewards must be a non-empty list of {{'reward': NAME, 'config': {{}}}}")
+    _registry().resolve(recipe.log_format, "ingestor")  # the loop starts by ingesting with it
     return spec, recipe
 
 
@@ -329,7 +331,7 @@ def loop_commands(record: Mapping[str, Any], recipe: Any, *, base_model: str | N
                                                                    else "")
     model = f" --base-model {base_model}" if base_model else ""
     return [
-        "stateset-agents ingest --format openai --input train/ --output work/ingest",
+        f"stateset-agents ingest --format {recipe.log_format} --input train/ --output work/ingest",
         f"stateset-agents improve run --transcripts work/ingest {reward} --held-out 0 --output work/improve",
         f"stateset-agents train --dataset work/improve/curated.jsonl {reward}{model} "
         f"--eval-prompts validation/prompts.jsonl --output work/run --steps {steps} --save-every 5",

@@ -64,6 +64,7 @@ class Domain:
     system = ""
     handoff_tool = ""
     tools: list[dict[str, Any]] = []
+    log_format = "openai"  # the ingestor that reads these conversations
     rewards: list[dict[str, Any]] = []
     unhelpful = ("I'm not able to look into that here. Please contact customer service or check our website.",)
     keep_handling = ("I understand, but I can handle this for you myself. Could you tell me a bit more?",
