@@ -16,7 +16,7 @@ from stateset_agents.studio.app import StudioApp
 from stateset_agents.studio.panes import WatchPane
 
 pytest.importorskip("torch")
-STEPS = 30
+STEPS = 12
 
 
 async def until(pilot, condition, timeout=90.0, what="condition"):
@@ -49,7 +49,7 @@ async def _flow(ws, tmp_path):
         # configure: the objective's fields come from its config class
         await until(pilot, lambda: getattr(app, "defaults_for", None) == "grpo", what="grpo's defaults")
         assert app.query_one("#cfg-training-beta").placeholder == "default 0.04"
-        for key, value in (("steps", STEPS), ("save_every", 3), ("seed", 3), ("beta", 0.05)):
+        for key, value in (("steps", STEPS), ("save_every", 2), ("seed", 3), ("beta", 0.05)):
             app.query_one(f"#cfg-training-{key}").value = str(value)
         await pilot.press("ctrl+r")
         await until(pilot, lambda: app.plan is not None, what="the plan")

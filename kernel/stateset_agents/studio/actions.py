@@ -81,11 +81,24 @@ def data_summary(choice: str | Path, workspace: Path, *, sample_rows: int = 3) -
     if path.is_dir():
         folder, dataset = path, path / CURATED
         summary = read_summary(folder)  # says how to make one when it is missing
-    elif path.is_file():
+        dataset = folder / (((summary.get("splits") or {}).get("train") or {}).get("file") or CURATED)
+    elif path.is_file():  # a curated.jsonl: the training set of the improve folder it sits in
         folder, dataset = path.parent, path
-        summary = read_summary(folder) if (folder / SUMMARY).is_file() else None
+        if not (folder / SUMMARY).is_file():
+            raise InputError(f"not a curated dataset: no {SUMMARY} beside it (the studio trains on what `improve "
+                             f"run` wrote: `stateset-agents improve run --output DIR`, then pick DIR)",
+                             path=str(path))
+        summary = read_summary(folder)
+        train = ((summary.get("splits") or {}).get("train") or {}).get("file") or CURATED
+        if path.name != train:
+            raise InputError(f"not a curated dataset: {folder / SUMMARY} names {train} as the training set",
+                             path=str(path))
     else:
         raise InputError("no such file or folder", path=str(path))
+    changed = (summary.get("outputs") or {}).get(dataset.name, {}).get("state")
+    if changed not in (None, "ok"):
+        raise InputError(f"{dataset.name} is {changed} since `improve run` wrote it (its size differs from "
+                         f"{SUMMARY}'s); run `improve run` again", path=str(dataset))
     refuse_evaluation_file(dataset)  # a validation or test file is never a training set
     rows = load_dataset(dataset).rows  # the trainers' own loader: names the line and field of a bad row
     splits = (summary or {}).get("splits") or {}
