@@ -24,7 +24,7 @@ ENGINE = Path(__file__).parents[2] / "plugins" / "stateset_plugins" / "trainers"
 def test_the_plugin_objective_is_registered_lazily_with_the_engine_capabilities():
     spec = get_registry().resolve("test_reinforce", "trainer")
     assert spec.target == f"{COMPONENT}:tests.support_plugins.stateset_test_objective:TestReinforce"  # lazy
-    assert set(spec.capabilities) == {"lora", "checkpoint_resume", "eval_results", "local"}
+    assert set(spec.capabilities) == {"lora", "checkpoint_resume", "eval_results", "local", "multi_process"}
     assert spec.requires == ("torch", "transformers", "peft")
     assert "test_reinforce" in objective_names() and "test_countdown" not in objective_names()
     remote = {s.name for s in get_registry().all("trainer") if "remote" in s.capabilities and s.name in FIRST_PARTY}

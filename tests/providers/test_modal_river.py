@@ -27,8 +27,10 @@ def _modal_config(dataset, **over):
 
 def test_modal_quotes_launches_once_and_terminates_at_the_deadline(fake_modal, dataset, tmp_path):
     with load_component("provider:modal") as provider:
-        with pytest.raises(CapExceeded, match="H100 x2"):
-            session.prepare(_modal_config(dataset, gpus=2), tmp_path / "big", provider)
+        with pytest.raises(CapExceeded, match="H100 x1"):
+            session.prepare(_modal_config(dataset, max_hours=2), tmp_path / "big", provider)
+        with pytest.raises(InputError, match="--gpus 2: provider modal runs the trainer as one process"):
+            session.prepare(_modal_config(dataset, gpus=2, max_cost_usd=100.0), tmp_path / "big", provider)
         with pytest.raises(InputError, match="not offered by modal; choose one of: A100-40GB, .*T4"):
             session.prepare(_modal_config(dataset, gpu="MI300X"), tmp_path / "x", provider)
         plan = session.prepare(_modal_config(dataset), tmp_path / "ws", provider)

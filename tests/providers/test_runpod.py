@@ -39,8 +39,12 @@ def test_quote_uses_the_api_price_and_resolves_short_names(provider):
 
 
 def test_refuses_above_the_cap_and_never_creates(provider, fake_runpod, dataset, tmp_path):
-    with pytest.raises(CapExceeded, match=r"2.9900/GPU-hour x 2 x 2 h .* = \$11.97 worst case"):
-        session.prepare(_config(dataset, gpus=2, max_cost_usd=10.0), tmp_path / "ws", provider)
+    with pytest.raises(CapExceeded, match=r"2.9900/GPU-hour x 1 x 4 h .* = \$11.97 worst case"):
+        session.prepare(_config(dataset, max_hours=4, max_cost_usd=10.0), tmp_path / "ws", provider)
+    assert fake_runpod.creates == 0 and not (tmp_path / "ws" / "plan.json").exists()
+    # its worker trains on one GPU: N > 1 is refused before the quote, never billed for N and trained on 1
+    with pytest.raises(InputError, match="--gpus 2: provider runpod runs the trainer as one process"):
+        session.prepare(_config(dataset, gpus=2, max_cost_usd=100.0), tmp_path / "ws", provider)
     assert fake_runpod.creates == 0 and not (tmp_path / "ws" / "plan.json").exists()
     for bad in (0, -5):
         with pytest.raises(InputError, match="max_cost_usd"):
@@ -94,7 +98,7 @@ def test_run_id_ignores_the_quote_and_new_run_salts_it(provider, dataset, tmp_pa
     a = session.prepare(_config(dataset), tmp_path / "a", provider)
     b = session.prepare(_config(dataset, max_cost_usd=50), tmp_path / "b", provider)
     c = session.prepare(_config(dataset, salt="again"), tmp_path / "c", provider)
-    d = session.prepare(_config(dataset, gpus=2, max_cost_usd=20), tmp_path / "d", provider)
+    d = session.prepare(_config(dataset, max_hours=3, max_cost_usd=20), tmp_path / "d", provider)
     assert a["run_id"] == b["run_id"] and len({a["run_id"], c["run_id"], d["run_id"]}) == 3
 
 

@@ -13,6 +13,8 @@ from ..formatting import fmt as _fmt
 
 #: The trainers `train` runs are those that declare "local"; plugins add their objectives' flags (`register_options`
 #: for the command "train"), each an objective field.
+#: The capability of a trainer that runs `--nproc N` ranks itself (under torchrun).
+MULTI_PROCESS = "multi_process"
 TrainCommand = registry_command("train", help={"algorithm": one_of("trainer", "local", face="train",
                                                                    lead="Trainer (objective)")})
 
@@ -71,6 +73,9 @@ def train(
                                       help="Drop training rows whose prompt matches a held-out case (recorded in "
                                            "the manifest) instead of refusing to train."),
     runtime: str = typer.Option("inprocess", "--reward-runtime", help="Where the reward runs."),
+    nproc: int = typer.Option(1, "--nproc", min=1,
+                              help="Processes (ranks) under torchrun: one per GPU (NCCL), or on the CPU with gloo "
+                                   "(device cpu). Each rank samples its share of the groups; docs/scale.md."),
 ):
     """Train a LoRA adapter on a curated dataset and compare it with the base model on held-out prompts."""
     import signal
@@ -87,6 +92,9 @@ def train(
         raise InputError("name the trainer with --algorithm (`train --help` lists them)", field="algorithm")
     spec = registry.require(algorithm, "trainer", "local", "`train` (a run on this machine)")
     algorithm = spec.name
+    if nproc > 1 and MULTI_PROCESS not in spec.capabilities:  # it would ignore nproc and train on one process
+        raise InputError(f"--nproc {nproc}: trainer {algorithm} does not declare '{MULTI_PROCESS}' (it runs as one "
+                         "process); use --nproc 1", field="nproc")
     config_values = _read_config(config)
     # a plugin's flags are fields of its objective; the objective refuses fields it does not know, and here an
     # option the chosen trainer does not take is refused before anything loads
@@ -97,7 +105,7 @@ def train(
                "base_model": base_model, "eval_prompts": str(eval_prompts) if eval_prompts else None,
                "output": str(output), "steps": steps, "seed": seed, "save_every": save_every,
                "config": config_values, "resume": resume, "overwrite": overwrite, "reload": reload,
-               "drop_overlap": drop_overlap, "init_adapter": str(init_adapter) if init_adapter else None,
+               "drop_overlap": drop_overlap, "nproc": nproc, "init_adapter": str(init_adapter) if init_adapter else None,
                "eval": eval_protocol(samples, eval_temperature, eval_max_new_tokens,
                                      allow_truncation=allow_truncation)}
     last: dict[str, Any] = {}

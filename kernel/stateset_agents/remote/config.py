@@ -119,6 +119,25 @@ def load(path: str | Path) -> dict[str, Any]:
     return data
 
 
+#: A provider whose worker runs the trainer on every GPU it rents (the N-process engine under torchrun) declares
+#: this; --gpus N > 1 anywhere else would bill N GPUs for a run that trains on one.
+MULTI_GPU = "multi_gpu"
+
+
+def refuse_unused_gpus(full: Mapping[str, Any], source: str | None = None) -> None:
+    """--gpus N > 1 is refused, before any quote, for a provider that would not train on all N."""
+    gpus, provider = int(full.get("gpus") or 1), full.get("provider")
+    if gpus <= 1:
+        return
+    from ..core.registry import get_registry
+
+    if provider not in get_registry().names("provider", MULTI_GPU):
+        raise InputError(f"--gpus {gpus}: provider {provider} runs the trainer as one process on one GPU (its worker "
+                         f"does not launch the N-process engine yet), so {gpus} GPUs would be billed for a run that "
+                         "trains on 1; nothing was quoted or rented. Use --gpus 1, or `train --nproc N` on a "
+                         "machine with N GPUs (docs/scale.md)", path=source, field="gpus")
+
+
 def validated(config: Mapping[str, Any], *, source: str | None = None) -> dict[str, Any]:
     """Defaults filled in; raises one InputError listing every problem."""
     errors = validation_errors(dict(config))
@@ -127,6 +146,7 @@ def validated(config: Mapping[str, Any], *, source: str | None = None) -> dict[s
         raise InputError(f"{len(errors)} problem(s) in the config: {listing}", path=source,
                          field=errors[0][0] if len(errors) == 1 else None)
     full = {**defaults(schema()), **{k: v for k, v in config.items() if v is not None}}
+    refuse_unused_gpus(full, source)
     full.setdefault("training", {})
     full.setdefault("reward_config", {})
     full.setdefault("eval", {})

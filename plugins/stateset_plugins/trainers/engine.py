@@ -481,11 +481,11 @@ def _merge(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]
     the rollout's averaged over the (equal) shares, token counts summed, times the slowest rank's, and the reward's
     mean and spread over every score."""
     def combine(key: str, values: list, weights: list[float]) -> Any:
-        if all(v == values[0] for v in values) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            return values[0]
-        if key == "rollout_tokens":
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        if numbers and key == "rollout_tokens":
             return sum(values)
+        if not numbers or all(v == values[0] for v in values):
+            return values[0]
         if key.endswith("_time"):
             return max(values)
         return sum(v * w for v, w in zip(values, weights)) / max(sum(weights), 1e-30)
