@@ -1,0 +1,63 @@
+"""`improve run --engine ray`: chunks graded as Ray tasks on a local cluster (2 CPUs, one for this module) give the
+one-process bytes, in order; a task whose worker process dies mid-chunk is rerun, nothing lost or doubled."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import ray
+
+from stateset_agents.pipeline.improve import run_improve
+from tests.improve.worker_helpers import CHUNK, outputs, policy_file, varied_log, with_fault_reward
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False,
+             object_store_memory=100 * 2 ** 20)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(autouse=True)
+def fault_reward(toy_rewards, monkeypatch):
+    # The workers started with the module; each run hands them its plugin modules setting.
+    yield from with_fault_reward(monkeypatch)
+
+
+def test_ray_writes_the_one_process_bytes_in_order(tmp_path):
+    logs = varied_log(tmp_path / "in")
+    pids = tmp_path / "pids"
+    policy = policy_file(tmp_path / "policy.json", pids=str(pids))
+    one = run_improve(logs, "improve_fault", tmp_path / "one", policy=policy, held_out_fraction=0.2)
+    pids.unlink()
+    on_ray = run_improve(logs, "improve_fault", tmp_path / "ray", policy=policy, held_out_fraction=0.2,
+                         engine="ray", chunk_bytes=CHUNK)
+    assert outputs(tmp_path / "one") == outputs(tmp_path / "ray")
+    assert one["counts"] == on_ray["counts"] and on_ray["counts"]["curated"] > 0
+    loaded = pids.read_text().split()  # loaded by Ray's worker processes, once each
+    assert loaded and len(set(loaded)) == len(loaded) <= 2 and str(os.getpid()) not in loaded
+
+
+def test_a_ray_worker_killed_mid_chunk_is_retried_and_nothing_is_lost_or_doubled(tmp_path):
+    logs = varied_log(tmp_path / "in")
+    marker = tmp_path / "died"
+    policy = policy_file(tmp_path / "policy.json", die_at="c60", marker=str(marker))
+    marker.write_text("reference run: do not die")
+    run_improve(logs, "improve_fault", tmp_path / "one", policy=policy)
+    marker.unlink()
+    run_improve(logs, "improve_fault", tmp_path / "ray", policy=policy, engine="ray", chunk_bytes=CHUNK)
+    assert marker.read_text() != str(os.getpid())  # a Ray worker died, not this process
+    assert outputs(tmp_path / "one") == outputs(tmp_path / "ray")
+
+
+def test_the_cli_grades_on_ray(tmp_path):
+    from stateset_agents.cli import main
+
+    logs = varied_log(tmp_path / "in")
+    assert main(["improve", "run", "--transcripts", str(logs), "--reward", "improve_toy", "--output",
+                 str(tmp_path / "one"), "--workers", "1"]) == 0
+    assert main(["improve", "run", "--transcripts", str(logs), "--reward", "improve_toy", "--output",
+                 str(tmp_path / "ray"), "--engine", "ray", "--chunk-bytes", str(CHUNK)]) == 0
+    assert outputs(tmp_path / "one") == outputs(tmp_path / "ray")
+    assert ray.is_initialized()  # a cluster it joined is left running
