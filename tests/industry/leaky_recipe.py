@@ -20,9 +20,18 @@ class Leaky:
                    "metadata": {"customer_id": f"c{i}", "label": "good"}}
 
 
+class Unlabelled(Leaky):
+    def generate(self, size, seed):
+        for i, conv in enumerate(super().generate(size, seed)):
+            if i == 3:
+                del conv["metadata"]["label"]
+            yield conv
+
+
 @hookimpl
 def register_recipes(register):
     register("tests.industry.leaky_recipe:RECIPE", name="leaky", version="0.0.1", summary="leaks on purpose")
+    register("tests.industry.leaky_recipe:UNLABELLED", name="unlabelled", version="0.0.1", summary="no label")
 
 
-RECIPE = Leaky()
+RECIPE, UNLABELLED = Leaky(), Unlabelled()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from stateset_agents.cli import main
-from stateset_agents.core.errors import InputError
+from stateset_agents.core.errors import InputError, StatesetError
 from stateset_agents.pipeline.industry import ROLES, audit_bundle, load_recipe, prepare
 from stateset_agents.plugin_api.splits import refuse_evaluation_file
 
@@ -196,6 +196,25 @@ def test_a_leak_injected_into_a_split_fails_the_audit(tmp_path, capsys):
 
 def test_prepare_refuses_a_recipe_whose_splits_leak_and_writes_nothing(tmp_path, leaky_recipe):
     out = tmp_path / "bundle"
-    with pytest.raises(InputError, match="the splits leak"):
+    with pytest.raises(InputError, match="the splits leak") as caught:
         prepare(leaky_recipe, out, size=20)
+    assert "(normalised)" in str(caught.value) or "(exact)" in str(caught.value)
     assert not out.exists() and list(tmp_path.iterdir()) == []
+    with pytest.raises(StatesetError, match=r"recipe 'unlabelled': conversation 4 has no metadata.label"):
+        prepare("unlabelled", out, size=20)
+    with pytest.raises(InputError, match="at least 10"):
+        prepare(leaky_recipe, out, size=5)
+    assert not out.exists()
+
+
+def test_a_missed_transfer_the_airline_policy_does_not_judge_is_seen_by_tool_calling():
+    from stateset_plugins.rewards.tool_calling import ToolCallingReward
+
+    _, recipe = load_recipe("airline")
+    reward = ToolCallingReward(recipe.rewards[1]["config"])
+    finals = {}
+    for conv in recipe.generate(44, 0):
+        if conv["metadata"]["flow"] == "handoff":
+            last = max(i for i, m in enumerate(conv["messages"]) if m["role"] == "assistant")
+            finals.setdefault(conv["metadata"]["label"], []).append(reward.grade_turn(conv, last).score)
+    assert finals["missed_transfer"] and max(finals["missed_transfer"]) < 0.5 <= min(finals["good"])

@@ -16,7 +16,8 @@ def _tool(name, description, properties):
 
 
 class Pharmacy:
-    tools = [_tool("get_prescription", "Look a prescription up: drug, refills left, status.", {"rx_id": {"type": "string"}}),
+    tools = [_tool("get_prescription", "Look a prescription up: drug, refills left, status.",
+                   {"rx_id": {"type": "string"}}),
              _tool("refill_prescription", "Refill a prescription for pickup.", {"rx_id": {"type": "string"}}),
              _tool("transfer_to_pharmacist", "Hand the patient to a pharmacist, with a summary.",
                    {"summary": {"type": "string"}})]

@@ -11,7 +11,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 GOOD = "good"
 #: What each flaw label shows, as the conversation's metadata says it.
@@ -225,6 +225,3 @@ def code(rng: random.Random, letters: int, digits: int, alphabet: str = "ABCDEFG
 
 def money(value: float) -> float:
     return round(value + 1e-9, 2)
-
-
-Choice = Callable[..., str]

@@ -50,7 +50,8 @@ class Airline(Domain):
     def customer(self, rng, n):
         first, last = person(rng)
         return {"id": f"{first.lower()}_{last.lower()}_{rng.randint(100, 9999)}", "name": f"{first} {last}",
-                "first": first, "last": last, "dob": f"19{rng.randint(60, 99)}-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}",
+                "first": first, "last": last,
+                "dob": f"19{rng.randint(60, 99)}-0{rng.randint(1, 9)}-1{rng.randint(0, 9)}",
                 "membership": rng.choice(["regular", "silver", "gold"]),
                 "payment": f"credit_card_{rng.randint(1000000, 9999999)}"}
 
@@ -63,9 +64,9 @@ class Airline(Domain):
         for _ in range(passengers - 1):
             first, last = person(rng)
             people.append({"first_name": first, "last_name": last, "dob": f"19{rng.randint(60, 99)}-05-20"})
-        rid = "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ0123456789")
-                                                       for _ in range(5)) + rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ")
-        rid = rid[:2] + str(rng.randint(0, 9)) + rid[3:]  # letters and a digit, as tau's ids
+        # six upper-case letters and digits, at least one of each, as tau's reservation ids (ZFA04Y)
+        rid = code(rng, 2, 1) + "".join(rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ0123456789") for _ in range(2)) \
+            + code(rng, 1, 0)
         return {"reservation_id": rid, "user_id": customer["id"], "origin": origin, "destination": destination,
                 "flight_type": "one_way", "cabin": cabin, "flights": flights, "passengers": people,
                 "payment_history": [{"payment_id": customer["payment"],
