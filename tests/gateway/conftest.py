@@ -36,14 +36,6 @@ def taught_model(tiny_model_dir, tmp_path_factory):
     return teach(tiny_model_dir, tmp_path_factory.mktemp("taught"), taught_conversations())
 
 
-def make_key(capsys, registry, owner, scope):
-    from stateset_agents.cli import main
-
-    capsys.readouterr()
-    assert main(["keys", "create", "--registry", str(registry), "--owner", owner, "--scope", scope]) == 0
-    return capsys.readouterr().out.split()[0]
-
-
 @pytest.fixture(scope="session")
 def registry(taught_model, tmp_path_factory):
     """A registry holding one adapter (2 GRPO updates on the taught model), deployed by the CLI."""

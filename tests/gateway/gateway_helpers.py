@@ -60,3 +60,12 @@ def teach(model_dir, output, examples, steps: int = 1000):
     model.save_pretrained(output)
     tokenizer.save_pretrained(output)
     return output
+
+
+def make_key(capsys, registry, owner, scope):
+    """A key made by `stateset-agents keys create`, read from what it printed."""
+    from stateset_agents.cli import main
+
+    capsys.readouterr()
+    assert main(["keys", "create", "--registry", str(registry), "--owner", owner, "--scope", scope]) == 0
+    return capsys.readouterr().out.split()[0]

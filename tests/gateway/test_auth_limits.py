@@ -12,7 +12,7 @@ openai = pytest.importorskip("openai")
 anthropic = pytest.importorskip("anthropic")
 
 from stateset_agents.core.errors import InputError  # noqa: E402
-from tests.gateway.conftest import make_key  # noqa: E402
+from tests.gateway.gateway_helpers import make_key  # noqa: E402
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -120,5 +120,7 @@ def test_a_full_queue_is_429_with_retry_after(taught_model):
         results = asyncio.run(burst())
     finally:
         running.stop()
-    assert sorted(code for code, _ in results) == [200, 200, 429, 429]  # one decoding, one waiting
+    codes = sorted(code for code, _ in results)
+    # one decoding and at most one waiting: the rest are refused at once, whatever the timing
+    assert set(codes) == {200, 429} and 1 <= codes.count(200) <= 2
     assert all(int(after) >= 1 for code, after in results if code == 429)
