@@ -49,7 +49,8 @@ def expected_scores(reward, rows, cases) -> list[float]:
 
 
 def check(engine: str, workdir: Path, *, python: str | None = None, config: dict | None = None,
-          rows=SAMPLE_ROWS, cases=SAMPLE_CASES, reward_name: str = "reward:gsm8k") -> dict[str, Any]:
+          rows=SAMPLE_ROWS, cases=SAMPLE_CASES, reward_name: str = "reward:gsm8k",
+          algorithms: tuple[str, ...] = ("grpo",), base_model: str | None = None) -> dict[str, Any]:
     """Render, then let the engine's own code read and score it; the engine's answers and ours, side by side."""
     from stateset_agents.core.runtimes import load_component
 
@@ -60,20 +61,30 @@ def check(engine: str, workdir: Path, *, python: str | None = None, config: dict
 
     trainer_cls = {"verl": VerlTrainer, "openrlhf": OpenRLHFTrainer}[engine]
     py = require_engine(engine, python)
+    # enough prompts for a batch of the default 8-GPU layout (OpenRLHF checks samples per actor process)
+    rows = list(rows) * max(1, -(-16 // len(rows)))
     dataset = write_sample(workdir / "dataset.jsonl", rows)
-    request = {"dataset": str(dataset), "reward": reward_name, "base_model": "Qwen/Qwen2.5-0.5B-Instruct",
-               "output": str(workdir / "run"), "seed": 7, "steps": 2,
-               "config": {"render_only": True, "engine_python": str(py), **(config or {})}}
-    events = list(trainer_cls().run(request))
-    if events[-1].get("type") != "completed":
-        raise StatesetError(f"rendering failed: {events[-1].get('message')}")
-    digest = events[-1]["experiment_digest"]
-    out = workdir / "run" / ENGINE_DIR
+    if base_model is None:  # the engines' config classes read the model's config: a tiny one, built offline
+        from stateset_plugins.models.tiny import build_tiny_model
+
+        base_model = str(build_tiny_model(workdir / "tiny-model"))
+    renders = {}
+    for algorithm in algorithms:  # the first is scored; every one is read by the engine's own code
+        request = {"dataset": str(dataset), "reward": reward_name, "base_model": base_model,
+                   "output": str(workdir / f"run-{algorithm}"), "seed": 7, "steps": 2,
+                   "config": {"render_only": True, "engine_python": str(py), "engine_algorithm": algorithm,
+                              **(config or {})}}
+        events = list(trainer_cls().run(request))
+        if events[-1].get("type") != "completed":
+            raise StatesetError(f"rendering {algorithm} failed: {events[-1].get('message')}")
+        renders[algorithm] = (workdir / f"run-{algorithm}" / ENGINE_DIR, events[-1]["experiment_digest"])
+    out, digest = renders[algorithms[0]]
     with load_component(reward_name, runtime="inprocess") as reward:
         expected = expected_scores(reward, rows, cases)
         grader = Grader(keyed_rows(rows), reward, digest, log=out / "conformance_scores.jsonl")
         with ScorerServer(grader) as scorer:
-            spec = {"render_dir": str(out), "cases": cases, "batch": cases, "remote_url": scorer.openrlhf_url}
+            spec = {"render_dir": str(out), "cases": cases, "batch": cases, "remote_url": scorer.openrlhf_url,
+                    "also": {alg: str(renders[alg][0]) for alg in algorithms[1:]}}
             (workdir / "cases.json").write_bytes(orjson.dumps(spec))
             script = Path(__file__).with_name("engine_side") / SCRIPTS[engine]
             proc = subprocess.run([str(py), str(script), str(workdir / "cases.json")], capture_output=True,
@@ -89,7 +100,7 @@ def check(engine: str, workdir: Path, *, python: str | None = None, config: dict
     got = answer["scores"] + answer.get("batch_scores", [])
     want = expected + (expected if engine == "openrlhf" else [])
     return {"engine": engine, "experiment_digest": digest, "answer": answer, "expected": expected,
-            "ok": got == want, "render_dir": str(out)}
+            "ok": got == want, "render_dir": str(out), "digests": {alg: d for alg, (_, d) in renders.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m stateset_plugins.engines.conformance {'|'.join(SCRIPTS)} [ENGINE_PYTHON]")
         return 2
     with tempfile.TemporaryDirectory(prefix="stateset-engine-check-") as tmp:
-        result = check(args[0], Path(tmp), python=args[1] if len(args) > 1 else None)
+        algorithms = ("grpo", "ppo", "gspo", "dapo")
+        result = check(args[0], Path(tmp), python=args[1] if len(args) > 1 else None, algorithms=algorithms)
     answer = result["answer"]
     print(orjson.dumps({k: result[k] for k in ("engine", "ok", "expected")} | {"engine_answer": answer},
                        option=orjson.OPT_INDENT_2).decode())

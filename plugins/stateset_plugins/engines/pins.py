@@ -36,9 +36,10 @@ ENGINES = {
     # verl asks for an unpinned torch: the CPU build goes in first, so its resolution never pulls a CUDA build
     "verl": Engine("verl", "verl", "0.9.1", (TORCH, "verl==0.9.1")),
     # OpenRLHF pins deepspeed==0.19.6 and flash-attn==2.8.3 (GPU builds): its wheel goes in without dependencies,
-    # beside what its remote-reward client (openrlhf.utils.agent) imports
+    # beside what its remote-reward client (openrlhf.utils.agent) and prompt dataset (openrlhf.datasets) import
     "openrlhf": Engine("openrlhf", "openrlhf", "0.11.2",
-                       (TORCH, "transformers==5.15.0", "aiohttp", "sympy", "pylatexenc"), ("openrlhf==0.11.2",)),
+                       (TORCH, "transformers==5.15.0", "datasets", "aiohttp", "sympy", "pylatexenc"),
+                       ("openrlhf==0.11.2",)),
     # NeMo RL is not installable from the package registry: render-only, nothing validated
     "nemo_rl": Engine("nemo_rl", "nemo-rl", "0.4.0", (), installable=False),
 }

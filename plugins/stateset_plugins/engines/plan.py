@@ -100,12 +100,13 @@ def verify_manifest(out: Path) -> dict:
     return record
 
 
-def finite_metrics(rows: Iterable[Mapping[str, Any]], where: str) -> list[dict]:
-    """Metric rows whose every number is finite; refuses none at all, or any NaN/inf, naming the row."""
+def finite_metrics(rows: Iterable[Mapping[str, Any]], where: str, *, null_is_nonfinite: bool = False) -> list[dict]:
+    """Metric rows whose every number is finite; refuses none at all, or any NaN/inf (or null, where the writer
+    spells those so), naming the row."""
     kept = []
     for i, row in enumerate(rows, 1):
         for key, value in row.items():
-            if isinstance(value, float) and not math.isfinite(value):
+            if (isinstance(value, float) and not math.isfinite(value)) or (null_is_nonfinite and value is None):
                 raise StatesetError(f"{where}: row {i} has {key}={value}; results with non-finite metrics are "
                                     "refused")
         kept.append(dict(row))

@@ -42,7 +42,10 @@ def build(engine: str, log=print) -> float:
     start = time.monotonic()
     venv = venv_dir(engine)
     python = venv / "bin" / "python"
-    if python.exists() and installed_version(python, spec.package) == spec.version:
+    marker = venv / "stateset-requirements.txt"
+    wanted = "\n".join([*spec.requirements, "--no-deps", *spec.no_deps]) + "\n"
+    if python.exists() and installed_version(python, spec.package) == spec.version and (
+            marker.is_file() and marker.read_text() == wanted):
         log(f"engine-venvs: {engine} {spec.version} already in {venv}")
         return time.monotonic() - start
     if not python.exists():
@@ -64,6 +67,7 @@ def build(engine: str, log=print) -> float:
     found = installed_version(python, spec.package)
     if found != spec.version:
         raise SystemExit(f"engine-venvs: {venv} holds {spec.package} {found}, not {spec.version}")
+    marker.write_text(wanted)  # what this venv was built from: another requirement set rebuilds it
     took = time.monotonic() - start
     log(f"engine-venvs: {engine} {spec.version} installed in {venv} ({took:.0f}s)")
     return took

@@ -103,6 +103,8 @@ def overrides(plan: Mapping[str, Any], digest: str, out: Path) -> list[str]:
     if plan["algorithm"] == "ppo":
         values["critic.model.path"] = model
     values.update(user)
+    if plan["algorithm"] == "ppo" and "critic.ppo_micro_batch_size_per_gpu" not in user:
+        values["critic.ppo_micro_batch_size_per_gpu"] = values["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"]
     return [f"{key}={hydra_value(value)}" for key, value in values.items()]
 
 
@@ -146,13 +148,20 @@ def launch_env(out: Path, scorer) -> dict[str, str]:
 
 def collect(out: Path, digest: str) -> dict[str, Any]:
     """verl's results, refused unless its file logger wrote finite metrics and a checkpoint exists."""
-    import orjson
+    import json
 
     path = out / METRICS
     if not path.is_file():
         raise StatesetError(f"{path}: verl wrote no metrics; the run is refused")
-    rows = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
-    flat = finite_metrics(({"step": r.get("step"), **(r.get("data") or {})} for r in rows), str(path))
+    rows = []
+    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+        try:
+            rows.append(json.loads(line)) if line.strip() else None
+        except ValueError:
+            raise StatesetError(f"{path}: line {number} is not JSON; the run is refused") from None
+    # verl's file logger writes with orjson, which turns NaN and infinities into null: a null metric is refused too
+    flat = finite_metrics(({"step": r.get("step"), **(r.get("data") or {})} for r in rows), str(path),
+                          null_is_nonfinite=True)
     steps = sorted((out / CHECKPOINTS).glob("global_step_*"))
     if not steps or not any(p.is_file() for p in steps[-1].rglob("*")):
         raise StatesetError(f"{out / CHECKPOINTS}: verl saved no checkpoint; the run is refused")

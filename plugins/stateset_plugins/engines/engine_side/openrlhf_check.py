@@ -8,7 +8,8 @@
    through `SingleTurnAgentExecutor.execute` (`openrlhf.utils.agent`, the `--reward.remote_url` path) with a
    stand-in for vLLM that returns the case's response: the executor calls our scorer and reports its reward.
 3. A batch goes through the executor's `_fetch_rewards_via_http` (the batched request).
-Prints one JSON line: {"openrlhf", "parsed": {...}, "scores": [...], "batch_scores": [...]}.
+``also`` names more rendered runs (other algorithms) for step 1 only.
+Prints one JSON line: {"openrlhf", "parsed": {...}, "also": {...}, "scores": [...], "batch_scores": [...]}.
 """
 import ast
 import asyncio
@@ -72,18 +73,24 @@ class CannedEngine:
         return SimpleNamespace(outputs=[out])
 
 
+def parse_rendered(render_dir, remote_url):
+    argv = json.loads((render_dir / "args.json").read_text())["argv"]
+    args = main_block_args([remote_url if a == "{SCORER_URL}" else a for a in argv])
+    return args, {"estimator": args.algo.advantage.estimator, "remote_urls": len(args.reward.remote_url),
+                  "label_key": args.data.label_key, "seed": args.train.seed, "model": args.actor.model_name_or_path,
+                  "policy_loss_type": args.actor.policy_loss_type, "eps_clip_low_high": list(args.actor.eps_clip_low_high),
+                  "dynamic_filtering": args.algo.dynamic_filtering_enable,
+                  "critic": args.critic.model_name_or_path, "lora_rank": args.ds.lora.rank}
+
+
 def main():
     spec = json.loads(Path(sys.argv[1]).read_text())
     render_dir = Path(spec["render_dir"])
     from openrlhf.datasets.prompts_dataset import preprocess_data
     from openrlhf.utils.agent import SingleTurnAgentExecutor
 
-    argv = json.loads((render_dir / "args.json").read_text())["argv"]
-    argv = [spec["remote_url"] if a == "{SCORER_URL}" else a for a in argv]
-    args = main_block_args(argv)
-    parsed = {"estimator": args.algo.advantage.estimator, "remote_url": len(args.reward.remote_url),
-              "label_key": args.data.label_key, "seed": args.train.seed,
-              "model": args.actor.model_name_or_path, "policy_loss_type": args.actor.policy_loss_type}
+    args, parsed = parse_rendered(render_dir, spec["remote_url"])
+    also = {name: parse_rendered(Path(path), spec["remote_url"])[1] for name, path in spec.get("also", {}).items()}
 
     rows = [json.loads(line) for line in (render_dir / args.data.prompt_dataset.split("/")[-1]).read_text()
             .splitlines() if line.strip()]
@@ -106,7 +113,8 @@ def main():
         prompts.append(prompt)
         labels.append(label)
     batch = asyncio.run(executor._fetch_rewards_via_http(queries, prompts, labels)) if queries else []
-    print(json.dumps({"openrlhf": importlib.metadata.version("openrlhf"), "parsed": parsed, "scores": scores,
+    print(json.dumps({"openrlhf": importlib.metadata.version("openrlhf"), "parsed": parsed, "also": also,
+                      "scores": scores,
                       "batch_scores": [s for reply in batch for s in reply["rewards"]]}))
 
 

@@ -6,7 +6,8 @@
    algorithm, actor, rollout and, for PPO, critic sections) accept it.
 2. verl's reward manager (`load_reward_manager`, which loads our `custom_reward_function`) scores each case: the
    rendered parquet row, tokenised, with the case's response as verl's rollout would hand it over.
-Prints one JSON line: {"verl", "validated": [...], "scores": [...], "extra": [...]}.
+``also`` names more rendered runs (other algorithms) for step 1 only.
+Prints one JSON line: {"verl", "validated": [...], "also": {...}, "scores": [...], "extra": [...]}.
 """
 import json
 import sys
@@ -37,21 +38,13 @@ def compose(render_dir: Path):
         return hydra_compose(config_name="ppo_trainer", overrides=lines)
 
 
-def main():
-    spec = json.loads(Path(sys.argv[1]).read_text())
-    render_dir = Path(spec["render_dir"])
-    import numpy as np
-    import pandas as pd
-    import torch
-    import verl
-    from verl import DataProto
-    from verl.trainer.ppo.reward import load_reward_manager
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import omega_conf_to_dataclass, validate_config
-
+def check_config(render_dir: Path):
+    """verl's own checks on one rendered run: validate_config and its config dataclasses."""
     import importlib.util
 
     from omegaconf import open_dict
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
 
     config = compose(render_dir)
     checked = config
@@ -72,8 +65,25 @@ def main():
     if need_critic(config):
         sections["critic"] = config.critic
     for name, section in sections.items():
-        omega_conf_to_dataclass(section)
-        validated.append(name)
+        value = omega_conf_to_dataclass(section)
+        validated.append(f"{name}: {type(value).__name__}")
+    validated.append(f"adv_estimator={config.algorithm.adv_estimator}, "
+                     f"loss_mode={config.actor_rollout_ref.actor.policy_loss.loss_mode}")
+    return config, validated
+
+
+def main():
+    spec = json.loads(Path(sys.argv[1]).read_text())
+    render_dir = Path(spec["render_dir"])
+    import numpy as np
+    import pandas as pd
+    import torch
+    import verl
+    from verl import DataProto
+    from verl.trainer.ppo.reward import load_reward_manager
+
+    config, validated = check_config(render_dir)
+    also = {name: check_config(Path(path))[1] for name, path in spec.get("also", {}).items()}
 
     tokenizer = byte_tokenizer()
     frame = pd.read_parquet(config.data.train_files)
@@ -92,7 +102,8 @@ def main():
         result = manager.loop.run_until_complete(manager.run_single(data))
         scores.append(float(result["reward_score"]))
         extra.append({k: float(v) for k, v in result["reward_extra_info"].items() if isinstance(v, (int, float))})
-    print(json.dumps({"verl": verl.__version__, "validated": validated, "scores": scores, "extra": extra}))
+    print(json.dumps({"verl": verl.__version__, "validated": validated, "also": also, "scores": scores,
+                      "extra": extra}))
 
 
 if __name__ == "__main__":
