@@ -12,7 +12,8 @@ INSTRUCTIONS = ("StateSet Agents turns an agent's conversation logs into a train
 ARGUMENTS = [
     types.PromptArgument(name="logs", description="The log file or folder (inside the server's roots).",
                          required=True),
-    types.PromptArgument(name="format", description="Log format (an ingestor; default openai).", required=False),
+    types.PromptArgument(name="format", description="Log format (an installed ingestor; default: ask "
+                         "`plugins_list`).", required=False),
     types.PromptArgument(name="reward", description="Reward to grade with (default: ask `plugins_list`).",
                          required=False),
     types.PromptArgument(name="workdir", description="Folder for the outputs (default: improve-work).",
@@ -27,14 +28,16 @@ async def list_prompts(ctx, params) -> types.ListPromptsResult:
         arguments=ARGUMENTS)])
 
 
-def render(logs: str, format: str = "openai", reward: str | None = None, workdir: str = "improve-work") -> str:
+def render(logs: str, format: str | None = None, reward: str | None = None, workdir: str = "improve-work") -> str:
     reward_step = (f"with reward `{reward}`" if reward else
-                   "with a reward that fits the logs (call `plugins_list` with kind `reward`; `tool_calling` for "
-                   "agents that call tools, `customer_support` for support chats)")
+                   "with a reward that fits the logs (call `plugins_list` with kind `reward` and pick by what each "
+                   "grades: tool calls, support conduct, answers, a policy)")
+    format_step = (f"format `{format}`" if format else
+                   "the format that matches the logs (`plugins_list` with kind `ingestor`)")
     return f"""Improve my agent from its conversation logs at `{logs}` with the StateSet Agents tools. Go step by step,
 show me what each step produced, and stop to ask me before anything long (training) or anything that could spend money.
 
-1. `ingest` with format `{format}`, input `{logs}`, output `{workdir}/ingested`. Report how many conversations were
+1. `ingest` with {format_step}, input `{logs}`, output `{workdir}/ingested`. Report how many conversations were
    written and why lines were rejected (`{workdir}/ingested/rejects.jsonl`).
 2. `improve_run` on transcripts `{workdir}/ingested`, output `{workdir}/improved`, {reward_step}. Show the counts, the
    score distribution and the train command from its result (also `stateset://improve/{workdir}/improved/next_steps.md`).
@@ -58,7 +61,7 @@ async def get_prompt(ctx, params) -> types.GetPromptResult:
     args = dict(params.arguments or {})
     if not args.get("logs"):
         raise MCPError(code=-32602, message="improve_my_agent needs the argument logs (field 'logs')")
-    text = render(args["logs"], args.get("format") or "openai", args.get("reward"),
+    text = render(args["logs"], args.get("format"), args.get("reward"),
                   args.get("workdir") or "improve-work")
     return types.GetPromptResult(description="The improve loop, step by step",
                                  messages=[types.PromptMessage(role="user", content=types.TextContent(text=text))])

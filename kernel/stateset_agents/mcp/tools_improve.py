@@ -127,7 +127,7 @@ SUMMARY_OUT = obj(("counts", "train_command", "output_dir"), counts=ANY_OBJECT, 
 TOOLS = [
     Tool("ingest", "Turn conversation logs into transcripts (`stateset-agents ingest`): OUTPUT/transcripts.jsonl, "
                    "rejects.jsonl (each bad line with its line number and reason) and ingest_summary.json.",
-         {"format": string("Log format: an installed ingestor (`plugins_list` kind ingestor), e.g. openai."),
+         {"format": string("Log format: an installed ingestor (`plugins_list` kind ingestor)."),
           "input": path("A .jsonl / .jsonl.gz file, or a folder of them"),
           "output": path("Folder for transcripts.jsonl, rejects.jsonl and ingest_summary.json"),
           "redact": boolean("Replace e-mail addresses, phone, card and IBAN numbers, IPs and SSNs with placeholders.")},

