@@ -59,7 +59,7 @@ def show(name: str = typer.Argument(..., help="The recipe (see `industry list`).
     console.print("rewards: " + ", ".join(r["reward"] + (" (+ policy)" if r["policy"] else "")
                                           for r in info["rewards"]), highlight=False)
     console.print()
-    console.print(info["policy_text"].rstrip(), highlight=False, markup=False)
+    console.print(info["policy_text"].rstrip(), highlight=False, markup=False, soft_wrap=True)
 
 
 @industry_app.command("prepare")
