@@ -3,9 +3,9 @@ torchrun, ``--standalone``), and rank 0's events relayed to the caller.
 
 The parent writes the request to a private directory and starts torchrun in its own session (a terminal's Ctrl-C
 reaches the parent, which asks the ranks to stop cooperatively: a STOP file every rank hears of through the
-engine's stop agreement, so they finish the update and save a checkpoint). Each rank runs this module's `main`:
-the process group from torchrun's environment (`distributed.from_env`), then `run.train_run` with that world;
-rank 0 appends its events to ``events-0.jsonl``, another rank only its failure. A run whose rank 0 ended without a
+engine's stop agreement, so they finish the update and save a checkpoint). Each rank runs `rank.main`: the
+process group from torchrun's environment, then `run.train_run` with that world; rank 0 appends its events to
+``events-0.jsonl``, another rank only its failure. A run whose rank 0 ended without a
 final event (a rank crashed and torchrun stopped the others) is reported failed with the launcher's log tail.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ FINAL = ("completed", "failed")
 
 def torchrun_command(nproc: int, *args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", __name__, *args]
+            "-m", "stateset_plugins.trainers.rank", *args]
 
 
 def _environment(nproc: int, device: str) -> dict[str, str]:
@@ -100,55 +100,3 @@ def _rank_failure(work: Path, code: int | None) -> dict[str, Any]:
     return {"type": "failed", "reason": "rank_failed",
             "message": f"a rank ended without a final event (torchrun exit {code}); the last checkpoint is kept. "
                        f"torchrun's log ends:\n{tail}"}
-
-
-def _reward(request: Mapping[str, Any]):
-    """A ``reward_class`` ("module:Class", built with reward_config) the ranks import; else None, and each rank
-    loads the ``reward`` component itself."""
-    target = request.get("reward_class")
-    if not target:
-        return None
-    import importlib
-
-    module, _, name = str(target).partition(":")
-    return getattr(importlib.import_module(module), name)(**dict(request.get("reward_config") or {}))
-
-
-def main(argv: list[str]) -> int:
-    import torch
-
-    from . import distributed
-    from .run import train_run
-
-    work = Path(argv[0])
-    world = distributed.from_env()
-    if os.environ.get("STATESET_DDP_DEVICE") == "cpu" or not torch.cuda.is_available():
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    request = json.loads((work / "request.json").read_text())
-    stop = threading.Event()
-
-    def watch() -> None:  # the parent's cooperative stop
-        while not stop.is_set():
-            if (work / "STOP").exists():
-                stop.set()
-            time.sleep(0.1)
-
-    threading.Thread(target=watch, daemon=True).start()
-    last: dict[str, Any] = {}
-    fd = os.open(work / f"events-{world.rank}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        for event in train_run(request, reward=_reward(request), stop=stop, handle_signals=True, world=world):
-            last = event
-            if world.is_main or event.get("type") == "failed":
-                os.write(fd, (json.dumps(event, default=str) + "\n").encode())  # one write(2): a whole line
-    finally:
-        os.close(fd)
-        stop.set()
-        distributed.shutdown()
-    if last.get("type") == "completed":
-        return 0
-    return 130 if last.get("reason") == "interrupted" else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
