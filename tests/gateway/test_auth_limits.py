@@ -100,7 +100,7 @@ def test_a_full_queue_is_429_with_retry_after(taught_model):
     from stateset_agents.gateway.server import Options, start
 
     running = start(Options(base_model=str(taught_model), port=0,
-                            engine_config={"max_batch": 1, "queue_size": 1, "max_new_tokens": 2000}))
+                            engine_config={"max_batch": 1, "queue_size": 1, "max_new_tokens": 400}))
     base = running.gateway.engine.models()[0]["id"]
 
     async def burst():
@@ -108,7 +108,7 @@ def test_a_full_queue_is_429_with_retry_after(taught_model):
 
         async def one():
             try:
-                await client.chat.completions.create(model=base, messages=HI, max_tokens=1500,
+                await client.chat.completions.create(model=base, messages=HI, max_tokens=300,
                                                      extra_body={"ignore_eos": True})
                 return 200, None
             except openai.RateLimitError as exc:
@@ -124,3 +124,11 @@ def test_a_full_queue_is_429_with_retry_after(taught_model):
     # one decoding and at most one waiting: the rest are refused at once, whatever the timing
     assert set(codes) == {200, 429} and 1 <= codes.count(200) <= 2
     assert all(int(after) >= 1 for code, after in results if code == 429)
+
+
+def test_serve_refuses_a_public_address_without_keys_before_loading_anything(tmp_path, capsys):
+    from stateset_agents.cli import main
+
+    assert main(["serve", "--registry", str(tmp_path), "--host", "0.0.0.0", "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "without API keys" in err and "keys create" in err
