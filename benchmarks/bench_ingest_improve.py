@@ -3,16 +3,21 @@
 The floor, measured in the same run on the same files: orjson parsing and re-serialising, line by line, the input
 log and every file the two steps write (transcripts.jsonl; graded.jsonl, curated.jsonl, validation.jsonl, test.jsonl). A step's
 ratio is its time over the floor of the files it reads and writes. Each step, and each floor right after it, runs in
-a fresh child process that reports its wall time, CPU time (with a plugin server's) and peak RSS. The targets are
-judged on CPU time, because on a shared machine wall time moves with the neighbours' load; both are recorded. Two
-input sizes (N/4 and N) show whether memory stays flat as the input grows; the subprocess runtime runs at N beside
-the in-process one (wall-clock throughput: the plugin grades on another core), each --repeats times, alternated,
-and the median run of each is compared (single runs on this shared machine move by +-10%).
+a fresh child process that reports its wall time, CPU time (with a plugin server's, or the pool workers') and peak
+RSS (a Ray row: the driver's only; its workers are the cluster's). The targets are judged on CPU time, because on a shared machine wall time moves with the neighbours' load; both
+are recorded. Two input sizes (N/4 and N) show whether memory stays flat as the input grows. At N, beside the
+in-process one-process run, run the subprocess runtime (wall-clock throughput: the plugin grades on another core),
+`--workers W` (W local grading processes) and Ray (a local cluster of W CPUs, started before the clock: its start is
+recorded apart, as `cluster_start_s`), each --repeats times, alternated, and the median run of each is compared
+(single runs on a shared machine move by +-10%). Parallel throughput is wall-clock and means something only on an
+otherwise idle machine.
 
     python benchmarks/bench_ingest_improve.py [--n 100000] [--rewards gsm8k,tool_calling,customer_support,nsr]
+        [--workers 2] [--variants inprocess,subprocess,workers,ray]
 
 Targets: each pipeline within 3x of its floor, peak RSS flat between the two sizes, subprocess grading at least 70%
-of in-process throughput. Results: benchmarks/results/ingest_improve.json, and a table.
+of in-process throughput, `--workers 2` at least 1.7x the one-process throughput (on 2 idle cores), Ray local at
+least 0.8x of `--workers 2`. Results: benchmarks/results/ingest_improve.json, and a table.
 """
 from __future__ import annotations
 
@@ -45,11 +50,18 @@ def cpu(who):
     r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
 
+extra = {}
+if args.get("engine") == "ray":  # the cluster a long-lived deployment starts once: timed apart
+    import ray
+    t = time.perf_counter()
+    ray.init(num_cpus=args["workers"], include_dashboard=False, configure_logging=False, log_to_driver=False)
+    extra["cluster_start_s"] = time.perf_counter() - t
 start, cpu_start = time.perf_counter(), cpu(resource.RUSAGE_SELF)
 if args["step"] == "ingest":
     run_ingest("openai", args["input"], args["output"])
 elif args["step"] == "improve":
-    run_improve(args["input"], args["reward"], args["output"], policy=args["policy"], runtime=args["runtime"])
+    run_improve(args["input"], args["reward"], args["output"], policy=args["policy"], runtime=args["runtime"],
+                workers=args.get("workers", 1), engine=args.get("engine", "local"))
 else:  # the floor: parse and re-serialise every line of every file
     for path in args["files"]:
         with open(path, "rb") as f:
@@ -60,7 +72,7 @@ kb = 1024  # ru_maxrss is in KiB on Linux
 print(json.dumps({"seconds": time.perf_counter() - start,
                   "cpu_s": cpu(resource.RUSAGE_SELF) - cpu_start + cpu(resource.RUSAGE_CHILDREN),
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / kb,
-                  "plugin_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / kb}))
+                  "plugin_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / kb, **extra}))
 """
 
 
@@ -117,7 +129,20 @@ def count_lines(path: Path) -> int:
         return sum(1 for line in f if line.strip())
 
 
-def bench_size(work: Path, n: int, rewards: list[str], subprocess_too: bool, repeats: int = 1) -> list[dict]:
+def variant_args(variant: str, workers: int) -> dict:
+    """How each variant runs `improve run`: the reward's runtime, the grading processes, the engine."""
+    return {"inprocess": {"runtime": "inprocess", "workers": 1},
+            "subprocess": {"runtime": "subprocess", "workers": 1},
+            "workers": {"runtime": "inprocess", "workers": workers},
+            "ray": {"runtime": "inprocess", "workers": workers, "engine": "ray"}}[variant]
+
+
+def variant_name(variant: str, workers: int) -> str:
+    return {"workers": f"workers{workers}", "ray": f"ray{workers}"}.get(variant, variant)
+
+
+def bench_size(work: Path, n: int, rewards: list[str], variants: list[str], workers: int = 2,
+               repeats: int = 1) -> list[dict]:
     from stateset_agents.samples import POLICY
 
     log = work / f"log_{n}.jsonl"
@@ -130,27 +155,34 @@ def bench_size(work: Path, n: int, rewards: list[str], subprocess_too: bool, rep
     print(f"[{n:,}] ingest", flush=True)
     r = run_child(step="ingest", input=str(log), output=str(ingest_dir))
     conversations = count_lines(transcripts)
-    rows.append({"n": n, "step": "ingest", "reward": "-", "runtime": "inprocess", **r, **floor(log, transcripts),
-                 "conversations": conversations, "turns": None})
+    rows.append({"n": n, "step": "ingest", "reward": "-", "runtime": "inprocess", "variant": "inprocess", **r,
+                 **floor(log, transcripts), "conversations": conversations, "turns": None})
+    names = {v: variant_name(v, workers) for v in variants}
     for reward in rewards:
-        runtimes = ("inprocess", "subprocess") if subprocess_too else ("inprocess",)
-        runs: dict[str, list[dict]] = {runtime: [] for runtime in runtimes}
+        runs: dict[str, list[dict]] = {v: [] for v in variants}
         for _ in range(repeats):
-            for runtime in runtimes:  # alternated, so both runtimes meet the same spells of neighbours' load
-                out = work / f"improve_{n}_{reward}_{runtime}"
-                print(f"[{n:,}] improve {reward} ({runtime})", flush=True)
-                runs[runtime].append(run_child(step="improve", input=str(ingest_dir), reward=reward,
-                                               output=str(out), runtime=runtime,
-                                               policy=str(POLICY) if reward == "nsr" else None))
-        for runtime in runtimes:
-            out = work / f"improve_{n}_{reward}_{runtime}"
+            for v in variants:  # alternated, so every variant meets the same spells of neighbours' load
+                out = work / f"improve_{n}_{reward}_{names[v]}"
+                print(f"[{n:,}] improve {reward} ({names[v]})", flush=True)
+                runs[v].append(run_child(step="improve", input=str(ingest_dir), reward=reward, output=str(out),
+                                         policy=str(POLICY) if reward == "nsr" else None,
+                                         **variant_args(v, workers)))
+        reference = None
+        for v in variants:
+            out = work / f"improve_{n}_{reward}_{names[v]}"
             # The run with the median wall time stands for the step; every run's time is kept beside it.
-            r = sorted(runs[runtime], key=lambda run: run["seconds"])[len(runs[runtime]) // 2]
-            r = {**r, "seconds_runs": [run["seconds"] for run in runs[runtime]]}
+            r = sorted(runs[v], key=lambda run: run["seconds"])[len(runs[v]) // 2]
+            r = {**r, "seconds_runs": [run["seconds"] for run in runs[v]]}
             outputs = [out / name for name in ("graded.jsonl", "curated.jsonl", "validation.jsonl", "test.jsonl")]
             summary = json.loads((out / "improve_summary.json").read_text())
-            rows.append({"n": n, "step": "improve", "reward": reward, "runtime": runtime, **r,
-                         **floor(transcripts, *outputs), "conversations": conversations,
+            digests = [summary["outputs"][p.name]["sha256"] for p in outputs]
+            reference = reference or digests
+            if digests != reference:  # every way of grading writes the same bytes, or its speed means nothing
+                raise SystemExit(f"{names[v]} wrote other outputs than {names[variants[0]]} for {reward}")
+            args = variant_args(v, workers)
+            rows.append({"n": n, "step": "improve", "reward": reward, "runtime": args["runtime"],
+                         "variant": names[v], "workers": args["workers"], "engine": args.get("engine", "local"),
+                         **r, **floor(transcripts, *outputs), "conversations": conversations,
                          "turns": summary["counts"]["turns_graded"], "curated": summary["counts"]["curated"],
                          "bytes_written": sum(p.stat().st_size for p in outputs)})
     for row in rows:
@@ -160,13 +192,14 @@ def bench_size(work: Path, n: int, rewards: list[str], subprocess_too: bool, rep
     return rows
 
 
-def evaluate(rows: list[dict], small: int, large: int) -> dict:
-    """Ratios are CPU time over floor CPU time: on a shared machine wall time moves with the neighbours' load."""
-    by = {(r["n"], r["step"], r["reward"], r["runtime"]): r for r in rows}
+def evaluate(rows: list[dict], small: int, large: int, workers: int = 2) -> dict:
+    """Ratios are CPU time over floor CPU time: on a shared machine wall time moves with the neighbours' load.
+    Parallel speed-ups are wall time: they hold only on an idle machine."""
+    by = {(r["n"], r["step"], r["reward"], r["variant"]): r for r in rows}
     ingest = by[(large, "ingest", "-", "inprocess")]
-    pipelines, memory, subprocess_share = {}, {}, {}
-    for (n, step, reward, runtime), r in by.items():
-        if step != "improve" or runtime != "inprocess":
+    pipelines, memory, subprocess_share, speedup, ray_share = {}, {}, {}, {}, {}
+    for (n, step, reward, variant), r in list(by.items()):
+        if step != "improve" or variant != "inprocess":
             continue
         if n == large:
             # Both steps over the floor of the input and of every file they write; the transcripts are counted
@@ -175,6 +208,12 @@ def evaluate(rows: list[dict], small: int, large: int) -> dict:
             sub = by.get((n, "improve", reward, "subprocess"))
             if sub:
                 subprocess_share[reward] = r["seconds"] / sub["seconds"]
+            pool = by.get((n, "improve", reward, f"workers{workers}"))
+            if pool:
+                speedup[reward] = r["seconds"] / pool["seconds"]
+            on_ray = by.get((n, "improve", reward, f"ray{workers}"))
+            if on_ray and pool:
+                ray_share[reward] = pool["seconds"] / on_ray["seconds"]
         elif (large, "improve", reward, "inprocess") in by:
             memory[reward] = by[(large, "improve", reward, "inprocess")]["rss_mb"] / r["rss_mb"]
     memory["ingest"] = ingest["rss_mb"] / by[(small, "ingest", "-", "inprocess")]["rss_mb"]
@@ -183,6 +222,10 @@ def evaluate(rows: list[dict], small: int, large: int) -> dict:
         "rss_growth_large_over_small": memory, "memory_flat": all(v <= 1.25 for v in memory.values()),
         "subprocess_over_inprocess_throughput": subprocess_share,
         "subprocess_at_least_70pct": all(v >= 0.7 for v in subprocess_share.values()),
+        f"workers{workers}_over_one_process_throughput": speedup,
+        f"workers{workers}_at_least_1.7x": all(v >= 1.7 for v in speedup.values()) if speedup else None,
+        f"ray{workers}_over_workers{workers}_throughput": ray_share,
+        "ray_at_least_80pct_of_workers": all(v >= 0.8 for v in ray_share.values()) if ray_share else None,
     }
 
 
@@ -192,17 +235,26 @@ def main() -> None:
     parser.add_argument("--rewards", default=",".join(REWARDS))
     parser.add_argument("--repeats", type=int, default=3,
                         help="runs of each runtime at N, alternated; the median run is reported")
+    parser.add_argument("--workers", type=int, default=2, help="grading processes (and Ray CPUs) of the parallel rows")
+    parser.add_argument("--variants", default="inprocess,subprocess,workers,ray",
+                        help="ways of grading at N, the first the reference (inprocess, subprocess, workers, ray)")
+    parser.add_argument("--note", default=None, help="recorded with the results (say if the machine was busy)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench_ingest_improve"))
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args()
     rewards = [r for r in args.rewards.split(",") if r]
     args.work.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
     small, large = max(1, args.n // 4), args.n
-    rows = (bench_size(args.work, small, rewards, False)
-            + bench_size(args.work, large, rewards, True, repeats=args.repeats))
-    verdict = evaluate(rows, small, large)
+    variants = [v for v in args.variants.split(",") if v]
+    if variants[0] != "inprocess" or not set(variants) <= {"inprocess", "subprocess", "workers", "ray"}:
+        raise SystemExit("--variants: inprocess first, then any of subprocess, workers, ray")
+    rows = (bench_size(args.work, small, rewards, ["inprocess"])
+            + bench_size(args.work, large, rewards, variants, args.workers, repeats=args.repeats))
+    verdict = evaluate(rows, small, large, args.workers)
     result = {"benchmark": "ingest_improve", "sizes": [small, large], "rewards": rewards,
-              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+              "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                          "load_average_at_start": load, "note": args.note},
               "rows": rows, "targets": verdict}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
@@ -215,15 +267,15 @@ def print_table(rows: list[dict], verdict: dict) -> None:
     from rich.table import Table
 
     table = Table(title="ingest + improve")
-    for name in ("N", "step", "reward", "runtime", "turns", "wall s", "conv/s", "floor s", "x floor", "CPU s",
+    for name in ("N", "step", "reward", "variant", "turns", "wall s", "conv/s", "floor s", "x floor", "CPU s",
                  "floor CPU s", "x floor CPU", "RSS MB", "plugin RSS MB"):
         table.add_column(name, justify="right")
     for r in rows:
-        table.add_row(f"{r['n']:,}", r["step"], r["reward"], r["runtime"], f"{r['turns']:,}" if r["turns"] else "",
+        table.add_row(f"{r['n']:,}", r["step"], r["reward"], r["variant"], f"{r['turns']:,}" if r["turns"] else "",
                       f"{r['seconds']:.1f}", f"{r['conv_per_s']:,.0f}", f"{r['floor_s']:.1f}",
                       f"{r['ratio_to_floor']:.2f}", f"{r['cpu_s']:.1f}", f"{r['floor_cpu_s']:.1f}",
                       f"{r['cpu_ratio_to_floor']:.2f}", f"{r['rss_mb']:.0f}",
-                      f"{r['plugin_rss_mb']:.0f}" if r["runtime"] == "subprocess" else "")
+                      f"{r['plugin_rss_mb']:.0f}" if r["variant"] not in ("inprocess", "ray") else "")
     console = Console(width=180)
     console.print(table)
     console.print_json(json.dumps(verdict))
