@@ -46,22 +46,26 @@ def reference_text(engine, model, messages, max_tokens) -> str:
 
 
 def test_greedy_replies_equal_transformers_generate_for_the_base_and_the_adapter(served):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
     engine = served.running.gateway.engine
     messages = [{"role": "user", "content": "count to five"}]
     base_weight = engine.model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight
     pointer = base_weight.data_ptr()
-    for name in (served.base, served.adapter):
+    base_dir = engine.base_identity["path"]
+    references = {served.base: AutoModelForCausalLM.from_pretrained(base_dir).eval(),
+                  served.adapter: PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir),
+                                                            str(served.registry / served.adapter / "adapter")).eval()}
+    for name in (served.adapter, served.base, served.adapter):  # switching both ways
         done = finish(run(engine, GenerationRequest(model=name, messages=messages, max_tokens=12, temperature=0)))
-        if name == served.adapter:
-            engine.model.set_adapter(served.adapter)
-            expected = reference_text(engine, engine.model, messages, 12)
-        else:
-            with engine.model.disable_adapter():
-                expected = reference_text(engine, engine.model, messages, 12)
-        assert done["message"]["content"] == expected, name
+        assert done["message"]["content"] == reference_text(engine, references[name], messages, 12), name
     # one copy of the base weights, never reloaded
     assert engine.model.get_base_model().model.layers[0].self_attn.q_proj.base_layer.weight.data_ptr() == pointer
     assert set(engine.model.peft_config) == {served.adapter}
+    # the adapter changes the answers (else this test could not tell them apart)
+    assert reference_text(engine, references[served.base], messages, 12) != \
+        reference_text(engine, references[served.adapter], messages, 12)
 
 
 def test_a_request_joining_a_running_batch_gets_the_tokens_it_gets_alone(served):

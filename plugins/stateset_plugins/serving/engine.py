@@ -119,6 +119,7 @@ class LoraEngine:
         self._waiting_rows = 0
         self._rows: list[_Row] = []
         self._adapter: str | None = BASE
+        self._active: object = ()  # the adapter state the model is in (() : not set yet)
         self._cache = self._mask = None
         self._closed = False
         self.batches = 0
@@ -238,15 +239,16 @@ class LoraEngine:
         return admitted
 
     def _forward(self, ids, mask, positions, cache):
-        kwargs: dict[str, Any] = {}
-        if self.adapters:
+        if self.adapters and self._active != self._adapter:
+            # once per batch, not per step: each call walks the model's modules
             if self._adapter is BASE:
-                with self.model.disable_adapter():
-                    return self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                                      cache=cache, use_cache=True, logits_to_keep=1)
-            self.model.set_adapter(self._adapter)
-        return self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
-                          use_cache=True, logits_to_keep=1, **kwargs)
+                self.model.base_model.disable_adapter_layers()
+            else:
+                self.model.base_model.enable_adapter_layers()
+                self.model.set_adapter(self._adapter)
+            self._active = self._adapter
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
+                          logits_to_keep=1)
 
     def _prefill(self, jobs: list[_Job]) -> None:
         from transformers import DynamicCache
