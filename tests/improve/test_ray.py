@@ -7,6 +7,7 @@ import os
 import pytest
 import ray
 
+from stateset_agents.core.errors import PluginError
 from stateset_agents.pipeline.improve import run_improve
 from tests.improve.worker_helpers import CHUNK, outputs, policy_file, varied_log, with_fault_reward
 
@@ -49,6 +50,19 @@ def test_a_ray_worker_killed_mid_chunk_is_retried_and_nothing_is_lost_or_doubled
     run_improve(logs, "improve_fault", tmp_path / "ray", policy=policy, engine="ray", chunk_bytes=CHUNK)
     assert marker.read_text() != str(os.getpid())  # a Ray worker died, not this process
     assert outputs(tmp_path / "one") == outputs(tmp_path / "ray")
+
+
+def test_a_chunk_that_kills_every_worker_fails_the_run_and_keeps_the_old_outputs(tmp_path):
+    logs = varied_log(tmp_path / "in")
+    out = tmp_path / "out"
+    run_improve(logs, "improve_toy", out)
+    before = outputs(out)
+    policy = policy_file(tmp_path / "policy.json", die_at="c60", marker=str(tmp_path / "died"), always=True)
+    with pytest.raises(PluginError, match="reward:improve_fault failed in grade: a grading task failed on the Ray "
+                                          "cluster after 3 retries .*no outputs were written"):
+        run_improve(logs, "improve_fault", out, policy=policy, engine="ray", chunk_bytes=CHUNK)
+    assert outputs(out) == before
+    assert sorted(os.listdir(out)) == sorted(before)
 
 
 def test_the_cli_grades_on_ray(tmp_path):

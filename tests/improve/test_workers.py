@@ -3,6 +3,7 @@ loads the reward once; a worker that dies is retried once, then the run fails cl
 from __future__ import annotations
 
 import os
+from dataclasses import replace as dataclass_replace
 
 import orjson
 import pytest
@@ -139,3 +140,18 @@ def test_cli_workers_and_engine_options(tmp_path, capsys):
     assert main(["improve", "run", "--transcripts", str(logs), "--reward", "improve_toy", "--output",
                  str(tmp_path / "x"), "--engine", "spark"]) == 2
     assert "unknown grading engine 'spark'" in capsys.readouterr().err
+
+
+def test_a_chunk_that_needs_the_inputs_sha256_asks_for_it(tmp_path):
+    """A conversation without `source` gets the input's sha256 in its lineage: a worker that was not given it
+    yet says so (the parent waits for it and sends the chunk again), never writing a row without it."""
+    from stateset_agents.pipeline.grading import ChunkFailure, ChunkResult, GradeTask, grade_chunk
+
+    block = orjson.dumps(chat(7, "hi", "GOOD reply")) + b"\n"
+    task = GradeTask("improve_toy", {}, "inprocess", 0.7, 0.0, 32, source_path="/logs/t.jsonl", shown="t.jsonl")
+    assert grade_chunk(task, block, 3) == ChunkFailure("digest", ())
+    result = grade_chunk(dataclass_replace(task, digest="ab" * 32), block, 3)
+    assert isinstance(result, ChunkResult) and result.counts["curated"] == 1
+    lineage = orjson.loads(result.curated[0])["lineage"]
+    assert lineage == {"conversation_id": "7", "source_path": "/logs/t.jsonl", "source_sha256": "ab" * 32,
+                       "line": 3, "turn_index": 2}

@@ -131,6 +131,7 @@ class RayCluster:
     def submit(self, task: GradeTask, chunk: tuple[bytes, int]):
         if self._task is None or self._task[0] is not task:
             self._task = (task, self.ray.put(task))  # sent to the object store once, not with every chunk
+            self.who = f"reward:{task.reward}"
         return self.remote.remote(self._task[1], *chunk)
 
     def result(self, handle) -> ChunkResult | ChunkFailure:
@@ -139,8 +140,9 @@ class RayCluster:
         except self.ray.exceptions.RayError as exc:
             # Retries are spent (a worker died RAY_RETRIES + 1 times), or the task failed outside our code.
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PluginError("ray", "grade", f"a grading task failed on the cluster ({type(exc).__name__}: "
-                                              f"{first}); no outputs were written") from None
+            raise PluginError(self.who, "grade", f"a grading task failed on the Ray cluster after {RAY_RETRIES} "
+                                                 f"retries ({type(exc).__name__}: {first}); no outputs were written") \
+                from None
 
     def restart(self, task: GradeTask, cause: WorkerDied) -> None:  # Ray retries by itself
         raise cause
