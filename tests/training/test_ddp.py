@@ -162,3 +162,21 @@ def test_train_remote_with_several_gpus_is_refused_before_any_quote(tmp_path):
                                          "was quoted or rented") as caught:
         session.prepare(config, tmp_path / "ws", NeverQuoted())
     assert caught.value.field == "gpus" and not (tmp_path / "ws").exists()
+
+
+def test_the_train_command_runs_two_ranks_and_refuses_what_they_cannot_run(tiny_model_dir, tmp_path, capsys):
+    from stateset_agents.cli import main
+
+    data = write_rows(tmp_path / "curated.jsonl", make_rows(4))
+    config = tmp_path / "train.yaml"
+    config.write_text("max_new_tokens: 8\nbatch_size: 2\nnum_generations: 2\ndevice: cpu\n")
+    out = tmp_path / "run"
+    argv = ["train", "--dataset", str(data), "--algorithm", "grpo", "--reward", "gsm8k", "--base-model",
+            str(tiny_model_dir), "--output", str(out), "--steps", "1", "--config", str(config), "--nproc", "2"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "launched 2 processes with torchrun" in capsys.readouterr().err
+    assert json.loads((out / "manifest.json").read_text())["committed_updates"] == 1
+    assert json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["world_size"] == 2
+    dapo = [a if a != "grpo" else "dapo" for a in argv] + ["--overwrite"]
+    assert main(dapo) != 0
+    assert "dapo does not run on several processes yet" in capsys.readouterr().err.replace("\n", " ")
