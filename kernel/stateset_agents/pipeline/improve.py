@@ -18,7 +18,8 @@ Outputs, in OUT:
 A folder of summary schema 1 (one `held_out.jsonl`, no recorded roles) still reads (`read_summary`); its
 held_out.jsonl still evaluates, but it is no test split: rerun `improve run` to get validation and test files.
 
-The input is streamed in batches; memory holds a few batches, never the log. Every output is written to a temp file
+The input is streamed in batches; memory holds a few batches, never the log. With `workers` > 1 or `engine="ray"`
+it is graded in chunks on other processes and merged in input order, into the same bytes (`grading_engines`). Every output is written to a temp file
 and all are renamed at the end, the summary last: a killed run leaves the old outputs or the new ones.
 """
 from __future__ import annotations
