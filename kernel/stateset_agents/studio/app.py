@@ -101,7 +101,7 @@ class StudioApp(App):
     def on_mount(self) -> None:
         for field in self.query(Input):
             field.cursor_blink = False  # a steady cursor: screenshots and snapshots are the same every time
-        self.sub_title = str(self.workspace)
+        self.sub_title = self.workspace.name  # the full path is in every pane that needs it
         self._fill_form()
         if self.config.get("dataset"):
             self.use_dataset(self.config["dataset"], switch=False)
@@ -247,7 +247,8 @@ class StudioApp(App):
             box.update("")
         for where, text in errors:
             key = where.split(".")[0] if not where.startswith("training.") else ".".join(where.split(".")[:2])
-            found = form.query(f"#err-{key.replace('.', '-')}")
+            ident = key.replace(".", "-")
+            found = form.query(f"#err-{ident}") if ident.replace("-", "_").isidentifier() else None
             if found:
                 found.first().update(text)
         form.query_one("#cfg-errors").update("\n".join(f"{where}: {text}" for where, text in errors))
@@ -370,7 +371,8 @@ class StudioApp(App):
             return
         live = feed.run_id is not None and snap.phase in ("pending", "running", "launching")
         whole = [c for c in snap.checkpoints if c.get("complete")]
-        self.query_one(WatchPane).show(feed.title, snap, can_stop=live and not self.stopping,
+        title = feed.run_id or actions.rel(feed.run_dir, self.workspace)
+        self.query_one(WatchPane).show(title, snap, can_stop=live and not self.stopping,
                                        can_resume=feed.run_id is not None and snap.phase == "stopped" and bool(whole))
 
     @on(Button.Pressed, "#watch-stop")

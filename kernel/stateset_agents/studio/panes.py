@@ -165,7 +165,7 @@ class WatchPane(VerticalScroll):
 
     def compose(self):
         yield Static("No run yet: launch one from Review, or attach below.", id="watch-title")
-        yield ProgressBar(total=None, show_eta=False, id="watch-progress")
+        yield ProgressBar(total=1, show_eta=False, id="watch-progress")
         yield Static("", id="watch-curve-label")
         from textual_plotext import PlotextPlot
 
@@ -192,6 +192,7 @@ class WatchPane(VerticalScroll):
         self.curve = 0
         self.snapshot: Snapshot | None = None
         self._logged = 0
+        self.query_one("#watch-progress", ProgressBar).display = False
         self._draw_plot()
 
     @property
@@ -226,7 +227,9 @@ class WatchPane(VerticalScroll):
             f"[b]{title}[/]: {snap.phase} · {snap.committed}{budget} committed updates"
             + (f" · [red]{snap.error}[/]" if snap.error else ""))
         bar = self.query_one("#watch-progress", ProgressBar)
-        bar.update(total=snap.budget or None, progress=snap.committed)
+        bar.display = bool(snap.budget)  # no budget known (a run directory still being written): no bar
+        if snap.budget:
+            bar.update(total=snap.budget, progress=snap.committed)
         self._draw_plot()
         table = self.query_one("#watch-checkpoints", DataTable)
         table.clear()
