@@ -11,7 +11,6 @@ filtering on the reward).
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 

@@ -78,7 +78,8 @@ def parse_rendered(render_dir, remote_url):
     args = main_block_args([remote_url if a == "{SCORER_URL}" else a for a in argv])
     return args, {"estimator": args.algo.advantage.estimator, "remote_urls": len(args.reward.remote_url),
                   "label_key": args.data.label_key, "seed": args.train.seed, "model": args.actor.model_name_or_path,
-                  "policy_loss_type": args.actor.policy_loss_type, "eps_clip_low_high": list(args.actor.eps_clip_low_high),
+                  "policy_loss_type": args.actor.policy_loss_type,
+                  "eps_clip_low_high": list(args.actor.eps_clip_low_high),
                   "dynamic_filtering": args.algo.dynamic_filtering_enable,
                   "critic": args.critic.model_name_or_path, "lora_rank": args.ds.lora.rank}
 
