@@ -33,7 +33,7 @@ def run_cmd(
     reward_file: Optional[Path] = typer.Option(None, "--reward-config", help=REWARD_FILE_HELP),
     workers: Optional[int] = typer.Option(None, "--workers",
                                           help="Grading processes (default: one per core); outputs are the same "
-                                               "bytes as one process's. With --engine ray: chunks out at once "
+                                               "bytes as one process's. With --engine ray: workers to keep busy "
                                                "(default: the cluster's CPUs)."),
     engine: str = typer.Option("local", "--engine", help="Where workers run: local (processes here) or ray."),
     address: Optional[str] = typer.Option(None, "--address",

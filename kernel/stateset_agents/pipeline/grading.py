@@ -14,7 +14,7 @@ import io
 import math
 import os
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from ..core.components import GradeItem
@@ -370,7 +370,6 @@ class ChunkResult:
     curated: tuple[bytes, int]
     curated_marks: list[tuple[int, int, int, int]]
     splits: dict[str, tuple[bytes, int]]
-    pid: int = field(default_factory=os.getpid)
 
 
 @dataclass
@@ -489,7 +488,6 @@ class Merger:
         self.c = dict.fromkeys(_RAW_COUNTS, 0)
         self.tally = Tally()
         self.identity: dict[str, str] | None = None
-        self.pids: set[int] = set()
 
     def add(self, result: ChunkResult) -> None:
         if self.identity is None:
@@ -499,7 +497,6 @@ class Merger:
             raise PluginError(f"reward:{self.identity['name']}", "grade",
                               f"workers disagree on the reward: {self.identity} and {result.identity} (install "
                               "the same version of the plugin on every node)")
-        self.pids.add(result.pid)
         for key, n in result.counts.items():
             self.c[key] += n
         self.tally.merge(result.tally)
