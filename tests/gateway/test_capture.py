@@ -119,3 +119,30 @@ def test_redaction_is_on_by_default_and_no_email_or_phone_survives(served, tmp_p
     assert main(["ingest", "--format", INGEST_FORMAT, "--input", str(logs), "--output", str(tmp_path / "out")]) == 0
     transcripts = (tmp_path / "out" / "transcripts.jsonl").read_text()
     assert transcripts.count("\n") == 2 and not any(p in transcripts for p in PII)
+
+
+def test_capture_rotates_by_size_and_keeps_each_conversation_in_its_file(tmp_path, monkeypatch):
+    from stateset_agents.gateway.capture import Capture
+
+    capture = Capture(tmp_path / "logs", redact=False, max_bytes=300)
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+
+    def call(conversation, messages, answer):
+        reply = {"role": "assistant", "content": answer}
+        path = capture.record("alice", conversation, {"model": "m", "messages": messages}, [
+            {"index": 0, "message": reply, "finish_reason": "stop"}], usage)
+        return path.name, [*messages, reply]
+
+    first, a = call("conv-A", [{"role": "user", "content": "first question " * 10}], "first answer")
+    # conversation B (no id) starts after the first file is past its size: a new file
+    second, b = call(None, [{"role": "user", "content": "another question"}], "another answer")
+    assert (first, second) == ("alice-000001.jsonl", "alice-000002.jsonl")
+    # each continuation stays in the file its conversation started in: by id, and by message prefix
+    assert call("conv-A", [*a, {"role": "user", "content": "and then?"}], "then this")[0] == first
+    assert call(None, [*b, {"role": "user", "content": "more"}], "more answers")[0] == second
+    assert [f["file"] for f in capture.files("alice")] == [first, second] and capture.files("bob") == []
+    monkeypatch.chdir(tmp_path)
+    assert main(["ingest", "--format", INGEST_FORMAT, "--input", "logs", "--output", "out"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "out" / "transcripts.jsonl").read_text().splitlines()]
+    assert sorted(len(r["messages"]) for r in rows) == [4, 4]
+    assert not any(r["source"]["unstitched"] for r in rows)
