@@ -180,3 +180,23 @@ def test_the_train_command_runs_two_ranks_and_refuses_what_they_cannot_run(tiny_
     dapo = [a if a != "grpo" else "dapo" for a in argv] + ["--overwrite"]
     assert main(dapo) != 0
     assert "dapo does not run on several processes yet" in capsys.readouterr().err.replace("\n", " ")
+
+
+def test_sft_on_two_ranks_weights_each_ranks_gradient_by_its_tokens(runs):
+    """SFT's loss is a mean over the batch's tokens: with completions of different lengths on the two ranks, only
+    a token-weighted sum of the ranks' gradients is the global batch's."""
+    rows = make_rows(8)
+    for i, row in enumerate(rows):
+        row["completion"]["content"] = "the answer is " + "x" * (3 * i)
+    write_rows(runs / "sft.jsonl", rows)
+
+    def sft(out: str, **more) -> dict:
+        req = {**request(runs, out, **more), "algorithm": "sft", "dataset": str(runs / "sft.jsonl"),
+               "config": {"batch_size": 4, "learning_rate": 2e-2, "device": "cpu"}}
+        return list(train_run(req, reward=DigitReward() if "nproc" not in more else None))[-1]
+
+    assert sft("sft-one", _emulate_ranks=2)["type"] == "completed"
+    assert sft("sft-two", nproc=2, reward_class=REWARD)["type"] == "completed"
+    tokens = [json.loads(x) for x in (runs / "sft-two" / "receipts.jsonl").read_text().splitlines()]
+    assert all(len(r["rank_batch_sha256"]) == 2 for r in tokens)
+    assert relative_difference(adapter(runs / "sft-two"), adapter(runs / "sft-one")) <= TOLERANCE
