@@ -405,3 +405,19 @@ def test_out_of_range_options_are_refused(logs, tmp_path, capsys):
     assert run_cli("--transcripts", str(logs), "--reward", "improve_toy", "--output", str(tmp_path / "o"),
                    "--threshold", "1.5") == 2
     assert "threshold must lie in [0, 1]" in capsys.readouterr().err
+
+
+def test_a_log_that_declares_itself_held_out_is_refused(tmp_path, capsys):
+    """Ingested validation/test logs (metadata.split, as ingest keeps a row's role) never become curated rows:
+    the run refuses, naming the file, line and field, and writes nothing."""
+    convs = [chat("a", "what is my order status", "GOOD reply"),
+             chat("b", "cancel my order", "GOOD reply", metadata={"split": "test"})]
+    write_transcripts(tmp_path / "in", convs)
+    out = tmp_path / "out"
+    assert run_cli("--transcripts", str(tmp_path / "in"), "--reward", "improve_toy", "--output", str(out)) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "transcripts.jsonl:2:" in err and "metadata.split" in err and "'test'" in err, err
+    assert not (out / "curated.jsonl").exists()
+    convs[1]["metadata"] = {"split": "train"}  # a train role is what improve expects
+    write_transcripts(tmp_path / "in", convs)
+    assert run_cli("--transcripts", str(tmp_path / "in"), "--reward", "improve_toy", "--output", str(out)) == 0

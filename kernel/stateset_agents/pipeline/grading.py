@@ -66,6 +66,13 @@ def check_conversation(obj: Any, shown: str, line: int) -> tuple[dict[str, Any],
     for key, kind, what in (("tools", list, "a list"), ("metadata", dict, "an object"), ("source", dict, "an object")):
         if obj.get(key) is not None and not isinstance(obj[key], kind):
             bad(f"expected {what} or null", key)
+    declared = (obj.get("metadata") or {}).get("split")
+    if declared in (VALIDATION, TEST):
+        # A log that says it is held out (an industry bundle's validation/ or test/, ingested) must never become
+        # training rows; honouring it per conversation could still put its group on both sides, so refuse it.
+        bad(f"conversation {obj['id']!r} declares split {declared!r}: held-out conversations never become training "
+            "rows; run `improve run` on the train logs only (the bundle's validation and test prompt files are "
+            "used as they are)", "metadata.split")
     return obj, turns, as_read
 
 
