@@ -4,23 +4,14 @@ the tools write files and train, which an inference key may not. The `Origin` he
 allowed (loopback origins, plus --allow-origin), and the Host header one this server answers to (DNS rebinding)."""
 from __future__ import annotations
 
-import ipaddress
 import json
 from typing import Iterable
 
 from ..core.errors import InputError
+from ..gateway.server import is_loopback
 from .server import Options, build
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class BearerKeys:
