@@ -5,8 +5,9 @@ Strong scaling: the global batch is fixed (``--global-batch`` prompts x G sample
 ideal step time is 1/N of one process's. Weak scaling: each rank keeps ``--per-rank-batch`` prompts, so the global
 batch grows with N and the ideal step time stays flat. Each configuration is one GRPO run of ``--steps`` updates;
 the first ``--warmup`` are dropped and the median step time (rollout + grading + update, from metrics.jsonl) gives
-samples/s. On the CPU the machine's cores are split between the ranks (OMP_NUM_THREADS = cores // N), so the table
-says what N processes buy on the same cores; on a GPU host each rank has a GPU.
+samples/s. On the CPU each rank gets one thread (``--threads-per-rank``), as each gets one GPU on a GPU host: N ranks
+use N cores (with 2 threads one process on a loaded 2-core machine ran several times slower than with 1, from
+oversubscription, which would flatter the N-process figures).
 
 Writes benchmarks/results/scaling.json (one entry per host kind, "cpu" or "gpu"; the other kind's entry is kept)
 and prints the table.
@@ -48,7 +49,7 @@ def run_one(model: str, nproc: int, batch: int, args, work: Path) -> dict:
                "reward_class": "algorithms:DigitReward",  # each rank imports it (PYTHONPATH has this directory)
                "config": {"batch_size": batch, "num_generations": args.generations,
                           "max_new_tokens": args.max_new_tokens, "learning_rate": 1e-4, "device": args.device}}
-    threads = args.threads_per_rank or max(1, (os.cpu_count() or 1) // nproc)
+    threads = args.threads_per_rank
     os.environ["OMP_NUM_THREADS"] = str(threads)
     started = time.perf_counter()
     last = {}
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=16)
     parser.add_argument("--base-model", default=None, help="default: the tests' tiny random model")
-    parser.add_argument("--threads-per-rank", type=int, default=0, help="CPU threads a rank (default cores // N)")
+    parser.add_argument("--threads-per-rank", type=int, default=1, help="CPU threads a rank (default 1)")
     parser.add_argument("--no-write", action="store_true", help="print only (a smoke run)")
     args = parser.parse_args(argv)
     counts = ([int(x) for x in args.nproc.split(",")] if args.nproc else
