@@ -200,3 +200,25 @@ def test_sft_on_two_ranks_weights_each_ranks_gradient_by_its_tokens(runs):
     tokens = [json.loads(x) for x in (runs / "sft-two" / "receipts.jsonl").read_text().splitlines()]
     assert all(len(r["rank_batch_sha256"]) == 2 for r in tokens)
     assert relative_difference(adapter(runs / "sft-two"), adapter(runs / "sft-one")) <= TOLERANCE
+
+
+def test_a_stop_request_reaches_every_rank_which_save_and_say_how_to_resume(runs, monkeypatch):
+    import threading
+
+    monkeypatch.setenv("TOY_REWARD_SLEEP", "0.2")  # the ranks inherit it: time to ask for the stop mid-run
+    stop, events = threading.Event(), []
+    req = request(runs, "stopped", nproc=2, reward_class=REWARD, steps=6)
+    worker = threading.Thread(target=lambda: events.extend(train_run(req, stop=stop)))
+    worker.start()
+    marker = runs / "stopped" / "checkpoints" / "step-000001" / "state.json"
+    deadline = time.time() + 180
+    while not marker.exists() and worker.is_alive() and time.time() < deadline:
+        time.sleep(0.05)
+    stop.set()  # what `train`'s SIGINT/SIGTERM handler does (trainer.cancel)
+    worker.join(timeout=180)
+    last = events[-1]
+    assert last["type"] == "failed" and last["reason"] == "interrupted" and "--resume" in last["message"], last
+    saved = sorted((runs / "stopped" / "checkpoints").glob("step-*"))[-1]
+    assert int(saved.name.split("-")[1]) == last["step"] < 6
+    assert json.loads((saved / "state.json").read_text())["world_size"] == 2
+    assert json.loads((runs / "stopped" / "manifest.json").read_text())["status"] == "stopped"
