@@ -29,7 +29,9 @@ def _pip(python: Path, args: list[str]) -> subprocess.CompletedProcess:
 
 
 def _install(python: Path, cache: Path, requirements, no_deps) -> subprocess.CompletedProcess:
-    offline = ["install", "--no-index", "--find-links", str(cache)]
+    # --no-compile: byte-compiling torch, ray and transformers at install is most of the install's CPU time; the
+    # modules a run imports are compiled on first import instead
+    offline = ["install", "--no-compile", "--no-index", "--find-links", str(cache)]
     proc = _pip(python, [*offline, *requirements])
     if proc.returncode == 0 and no_deps:
         proc = _pip(python, [*offline, "--no-deps", *no_deps])
