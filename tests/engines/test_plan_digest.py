@@ -99,3 +99,23 @@ def test_an_incomplete_request_fails_and_writes_nothing(tmp_path):
                                        "output": str(tmp_path / "run")}))
     assert events[-1]["type"] == "failed" and "base_model" in events[-1]["message"]
     assert not (tmp_path / "run").exists()
+
+
+def test_engine_config_sets_the_engines_keys_but_never_the_plans(tmp_path):
+    from stateset_plugins.engines import openrlhf, verl
+
+    plan = _plan()
+    lines = verl.overrides(plan, "f" * 64, tmp_path)
+    assert "trainer.n_gpus_per_node=8" in lines and f"data.train_files={tmp_path}/train.parquet" in lines
+    assert "reward.custom_reward_function.name=compute_score" in lines and "trainer.logger=[console,file]" in lines
+    for key in ("data.train_files", "+reward.custom_reward_function.path", "data.seed"):
+        with pytest.raises(InputError, match="decided by the plan"):
+            verl.overrides(_plan(_changed(("config", "engine_config"), {key: "x"})), "f" * 64, tmp_path)
+    argv = openrlhf.arguments(_plan(_changed(("config", "engine_config"), {"actor.num_gpus_per_node": 2})),
+                              tmp_path, rows=3)
+    assert argv[argv.index("--actor.num_gpus_per_node") + 1] == "2"
+    assert argv[argv.index("--rollout.batch_size") + 1] == "3"  # never more prompts than the data has
+    assert "--data.apply_chat_template" in argv and argv[argv.index("--reward.remote_url") + 1] == "{SCORER_URL}"
+    with pytest.raises(InputError, match="decided by the plan"):
+        openrlhf.arguments(_plan(_changed(("config", "engine_config"), {"reward.remote_url": "http://x"})),
+                           tmp_path, rows=3)
