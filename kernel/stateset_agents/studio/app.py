@@ -41,6 +41,7 @@ CSS = """
 .field-error { padding-left: 16; height: auto; }
 Select { width: 1fr; }
 #data-list { height: auto; max-height: 6; }
+#cfg-dataset { padding-top: 1; }
 #data-path, #watch-attach { width: 1fr; }
 #watch-plot { height: 12; min-height: 8; }
 #watch-checkpoints { height: auto; max-height: 8; }
@@ -105,6 +106,10 @@ class StudioApp(App):
         self._fill_form()
         if self.config.get("dataset"):
             self.use_dataset(self.config["dataset"], switch=False)
+        found = self.query_one("#data-list", OptionList)
+        if found.option_count:
+            found.focus()  # keyboard-first: Enter picks the highlighted dataset
+            found.highlighted = 0
         self.set_interval(self.poll_s, self._tick)
         if self._attach_first:
             self.attach(self._attach_first)

@@ -223,8 +223,11 @@ class WatchPane(VerticalScroll):
     def show(self, title: str, snap: Snapshot, *, can_stop: bool, can_resume: bool) -> None:
         self.snapshot = snap
         budget = f" of {snap.budget}" if snap.budget else ""
+        held = results_summary(snap.results) if snap.results else None  # in the title: seen at 80x24 too
         self.query_one("#watch-title", Static).update(
             f"[b]{title}[/]: {snap.phase} · {snap.committed}{budget} committed updates"
+            + (f" · {held['split']}: improved {held['improved']}, regressed {held['regressed']}, p "
+               f"{_fmt(held['p_value'])}" if held else "")
             + (f" · [red]{snap.error}[/]" if snap.error else ""))
         bar = self.query_one("#watch-progress", ProgressBar)
         bar.display = bool(snap.budget)  # no budget known (a run directory still being written): no bar
