@@ -16,7 +16,8 @@ app.add_typer(keys_app, name="keys")
 def create(
     registry: str = typer.Option(..., "--registry", help="The deploy registry `serve` runs over."),
     owner: str = typer.Option(..., "--owner", help="Who the key belongs to (its captures are theirs)."),
-    scope: str = typer.Option("infer", "--scope", help="infer (inference, own captures) or admin (everything)."),
+    scope: str = typer.Option("infer", "--scope", help="infer (inference, agents, own conversations), train (also "
+                                                      "training jobs) or admin (everything, every owner's)."),
     rate_limit: Optional[int] = typer.Option(None, "--rate-limit", help="Requests a minute (default: the server's)."),
 ):
     """Create a key and print it once: it is not stored, only its hash."""

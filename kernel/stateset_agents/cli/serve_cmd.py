@@ -34,6 +34,11 @@ def serve(
     engine: Optional[str] = typer.Option(None, "--engine", help="Serving engine (a plugin's; default: the only "
                                                                 "one installed)."),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:N or auto."),
+    database: Optional[str] = typer.Option(None, "--database", help="State database for agents, conversations "
+                                                                    "and jobs: sqlite:///PATH or postgresql://... "
+                                                                    "(default: REGISTRY/.gateway.sqlite3)."),
+    jobs_dir: Optional[str] = typer.Option(None, "--jobs-dir", help="Where training jobs' runs go (default: "
+                                                                    "REGISTRY/.jobs)."),
 ):
     """Serve the base model and every deployed adapter over OpenAI- (/v1/chat/completions) and Anthropic-
     compatible (/v1/messages) endpoints."""
@@ -44,7 +49,8 @@ def serve(
                       engine_config={"max_batch": max_batch, "queue_size": queue_size,
                                      "max_prompt_tokens": max_prompt_tokens, "max_new_tokens": max_new_tokens,
                                      "generation_timeout_s": generation_timeout, "device": device},
-                      max_body_bytes=max_body_kb << 10, rate_limit=rate_limit, cors_origins=tuple(cors_origin))
+                      max_body_bytes=max_body_kb << 10, rate_limit=rate_limit, cors_origins=tuple(cors_origin),
+                      database=database, jobs_dir=jobs_dir)
     gateway = build(options)
     models = [m["id"] for m in gateway.engine.models()]
     console.print(f"serving {', '.join(models)} on http://{host}:{port}/v1 ({gateway.keys} API keys)",

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 
 from ..core.errors import InputError
 from ..plugin_api.serving import ServerBusy
-from . import chat_api, messages_api
+from . import agents_api, chat_api, conversations_api, messages_api
 from .capture import Capture
 from .errors import ApiError
 from .keys import Key, KeyStore
@@ -108,8 +108,9 @@ COUNT_SCHEMA = _body_schema(["model", "messages"], {"model": {"type": "string"},
 
 
 def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settings: Settings | None = None,
-               key_list: Callable[[], list[dict[str, Any]]] | None = None) -> FastAPI:
-    """The gateway over a started serving engine. `keys` None: no key is asked for (a loopback server)."""
+               key_list: Callable[[], list[dict[str, Any]]] | None = None, db=None, jobs=None) -> FastAPI:
+    """The gateway over a started serving engine. `keys` None: no key is asked for (a loopback server). `db`: the
+    state database (agents, the conversation index; None: those routes are absent); `jobs`: the training jobs."""
     settings = settings or Settings()
     app = FastAPI(title="StateSet Agents gateway", version="1", docs_url=None, redoc_url=None)
     buckets = _Buckets()
@@ -137,7 +138,7 @@ def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settin
     async def _unexpected(request: Request, exc: Exception):  # a bug, never bad input: say so, keep serving
         return _error(request, ApiError("server", f"internal error: {type(exc).__name__}"))
 
-    def authorize(request: Request, admin: bool = False) -> Key:
+    def authorize(request: Request, admin: bool = False, scope: str | None = None) -> Key:
         if keys is None:
             key = OPEN_KEY
         else:
@@ -152,6 +153,9 @@ def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settin
                 raise ApiError("authentication", "the API key is not valid")
         if admin and not key.admin:
             raise ApiError("permission", f"this route needs an admin key; the key {key.id} has scope {key.scope!r}")
+        if scope == "train" and key.scope not in ("train", "admin"):
+            raise ApiError("permission", f"training jobs need a train (or admin) key; the key {key.id} has scope "
+                                         f"{key.scope!r}")
         wait = buckets.take(key.id, key.rate_limit or settings.rate_limit)
         if wait:
             raise ApiError("rate_limit", f"rate limit of {key.rate_limit or settings.rate_limit} requests a minute "
@@ -200,9 +204,21 @@ def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settin
             raise
         raise ApiError("server", "the engine ended the request without a reply")
 
-    async def record(key: Key, conversation: str | None, captured: dict[str, Any], choices, usage) -> None:
+    scorer = agents_api.Scorer()
+
+    async def record(key: Key, conversation: str | None, captured: dict[str, Any], choices, usage,
+                     agent: dict[str, Any] | None = None, api: str = "chat") -> None:
+        count_tokens_served(captured["model"], usage)
+        where_at = None
         if capture is not None:
-            await asyncio.to_thread(capture.record, key.owner, conversation, captured, choices, usage)
+            where_at = await asyncio.to_thread(capture.record_at, key.owner, conversation, captured, choices, usage)
+        if db is not None:
+            score = None
+            if agent is not None:
+                score = await asyncio.to_thread(scorer.score, agent, captured["messages"], choices[0]["message"])
+            await asyncio.to_thread(conversations_api.index, db, owner=key.owner,
+                                    agent=agent["name"] if agent else None, conversation_id=conversation,
+                                    model=captured["model"], api=api, where_at=where_at, score=score, usage=usage)
 
     def streaming(body: AsyncIterator[bytes], ticket, finished: list, on_finish) -> StreamingResponse:
         async def run() -> AsyncIterator[bytes]:
@@ -219,6 +235,11 @@ def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settin
 
         return StreamingResponse(run(), media_type="text/event-stream",
                                  headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+    from . import metrics
+
+    count_tokens_served = metrics.install(app, stats=engine.stats, job_counts=jobs.counts if jobs else None,
+                                          authorize=authorize)
 
     @app.get("/healthz")
     async def healthz():
@@ -241,19 +262,21 @@ def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settin
     async def chat_completions(request: Request):
         key = authorize(request)
         gen, meta = chat_api.parse(await json_body(request), limits)
+        shown = gen.model
+        agent = agents_api.resolve(db, key, gen, meta["capture"]) if db is not None else None
         conversation = request.headers.get(CONVERSATION_HEADER) or meta["conversation_id"]
         events = _Events(asyncio.get_running_loop())
         ticket = await submit(gen, events)
 
         async def captured(body):
-            await record(key, conversation, meta["capture"], chat_api.captured_choices(body), body["usage"])
+            await record(key, conversation, meta["capture"], chat_api.captured_choices(body), body["usage"], agent)
 
         if meta["stream"]:
             finished: list = []
-            return streaming(chat_api.stream(gen.model, gen.n, meta["include_usage"], events, finished), ticket,
+            return streaming(chat_api.stream(shown, gen.n, meta["include_usage"], events, finished), ticket,
                              finished, captured)
         dones, end = await collect(events, ticket)
-        body = chat_api.completion(gen.model, dones, end)
+        body = chat_api.completion(shown, dones, end)
         await captured(body)
         return body
 
@@ -261,6 +284,8 @@ def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settin
     async def messages(request: Request):
         key = authorize(request)
         gen, meta = messages_api.parse(await json_body(request), limits)
+        shown = gen.model
+        agent = agents_api.resolve(db, key, gen, meta["capture"]) if db is not None else None
         conversation = request.headers.get(CONVERSATION_HEADER) or meta["conversation_id"]
         events = _Events(asyncio.get_running_loop())
         ticket = await submit(gen, events)
@@ -272,15 +297,15 @@ def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settin
             usage = body["usage"]
             await record(key, conversation, meta["capture"], [choice],
                          {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"],
-                          "total_tokens": usage["input_tokens"] + usage["output_tokens"]})
+                          "total_tokens": usage["input_tokens"] + usage["output_tokens"]}, agent, "messages")
 
         if meta["stream"]:
             prompt_tokens = await asyncio.to_thread(engine.count_tokens, gen.messages, gen.tools)
             finished: list = []
-            return streaming(messages_api.stream(gen.model, prompt_tokens, events, finished), ticket, finished,
+            return streaming(messages_api.stream(shown, prompt_tokens, events, finished), ticket, finished,
                              captured)
         dones, end = await collect(events, ticket)
-        body = messages_api.message(gen.model, dones[0], end)
+        body = messages_api.message(shown, dones[0], end)
         await captured(body, dones[0])
         return body
 
@@ -319,4 +344,12 @@ def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settin
         authorize(request, admin=True)
         return {"object": "list", "data": key_list() if key_list else []}
 
+    if db is not None:
+        served = lambda: {m["id"] for m in engine.models()}  # noqa: E731
+        agents_api.register(app, db, authorize, json_body, served, scorer)
+        conversations_api.register(app, db, authorize, capture)
+    if jobs is not None:
+        from . import jobs_api
+
+        jobs_api.register(app, jobs, authorize, json_body)
     return app

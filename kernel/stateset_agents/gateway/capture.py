@@ -77,6 +77,11 @@ class Capture:
     def record(self, owner: str, conversation_id: str | None, request: Mapping[str, Any],
                choices: list[dict[str, Any]], usage: Mapping[str, Any]) -> Path:
         """Append one call; returns the file it went to."""
+        return self.record_at(owner, conversation_id, request, choices, usage)[0]
+
+    def record_at(self, owner: str, conversation_id: str | None, request: Mapping[str, Any],
+                  choices: list[dict[str, Any]], usage: Mapping[str, Any]) -> tuple[Path, int, int]:
+        """Append one call; (the file, the line's byte offset, its length): what the conversation index keeps."""
         request = copy.deepcopy(dict(request))
         choices = copy.deepcopy(choices)
         if self.redact:
@@ -95,12 +100,13 @@ class Capture:
         with self._lock:
             path = self._file_for(owner, conversation_id, digests)
             with open(path, "ab") as f:
+                offset = f.tell()
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
             reply_state = _chain([*request["messages"], choices[0]["message"]])[-1]
             self._remember((owner, conversation_id or reply_state), path)
-        return path
+        return path, offset, len(data)
 
     def _file_for(self, owner: str, conversation_id: str | None, digests: list[bytes]) -> Path:
         if conversation_id:

@@ -12,6 +12,7 @@ KINDS = {
     "method_not_allowed": (405, "invalid_request_error", "method_not_allowed", "invalid_request_error"),
     "authentication": (401, "invalid_request_error", "invalid_api_key", "authentication_error"),
     "permission": (403, "permission_error", "insufficient_scope", "permission_error"),
+    "conflict": (409, "invalid_request_error", "conflict", "invalid_request_error"),
     "too_large": (413, "invalid_request_error", "request_too_large", "request_too_large"),
     "unsupported_media": (415, "invalid_request_error", "unsupported_media_type", "invalid_request_error"),
     "rate_limit": (429, "rate_limit_error", "rate_limit_exceeded", "rate_limit_error"),

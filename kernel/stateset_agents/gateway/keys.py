@@ -23,7 +23,7 @@ from ..core.errors import InputError
 from ..core.jsonio import load_json, write_json
 
 KEYS_FILE = ".keys.json"
-SCOPES = ("infer", "admin")
+SCOPES = ("infer", "train", "admin")
 PREFIX = "ssa_"
 SCHEMA = 1
 _OWNER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

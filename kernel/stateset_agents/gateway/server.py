@@ -6,6 +6,7 @@ import ipaddress
 import socket
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..core.errors import InputError
@@ -38,6 +39,9 @@ class Options:
     max_body_bytes: int = 1 << 20
     rate_limit: int = 600
     cors_origins: tuple[str, ...] = ()
+    database: str | None = None  # sqlite:///PATH or postgresql://...; default: REGISTRY/.gateway.sqlite3
+    state: bool = True  # agents, conversations and jobs (a database); False: inference and capture only
+    jobs_dir: str | None = None  # where jobs' runs go; default: REGISTRY/.jobs (else the state directory's)
 
 
 @dataclass
@@ -49,6 +53,15 @@ class Gateway:
     keys: int
     capture: Capture | None
     notes: list[str]
+    db: Any = None
+    jobs: Any = None
+
+    def close(self) -> None:
+        self.engine.close()
+        if self.jobs is not None:
+            self.jobs.close()
+        if self.db is not None:
+            self.db.close()
 
 
 def build(options: Options) -> Gateway:
@@ -78,8 +91,22 @@ def build(options: Options) -> Gateway:
     settings = Settings(max_body_bytes=options.max_body_bytes, rate_limit=options.rate_limit,
                         cors_origins=tuple(options.cors_origins), models=described)
     key_list = (lambda: list_keys(options.registry)) if options.registry else None
-    app = create_app(engine, keys=store, capture=capture, settings=settings, key_list=key_list)
-    return Gateway(app, engine, served, skipped, len(store) if store else 0, capture, notes)
+    db = jobs = None
+    if options.state:
+        from .db import Database, default_url
+        from .jobs_api import Jobs
+
+        db = Database(options.database or default_url(options.registry))
+        root = options.jobs_dir or (str(Path(options.registry) / ".jobs") if options.registry else None)
+        if root is None:
+            from ..plugin_api.jobs import state_dir
+
+            root = str(state_dir() / "gateway" / "jobs")
+        jobs = Jobs(db, root)
+        notes.append(f"state in {db.kind} (schema version {db.versions()[-1]})" +
+                     (f"; reattached {len(jobs.reattached)} running training jobs" if jobs.reattached else ""))
+    app = create_app(engine, keys=store, capture=capture, settings=settings, key_list=key_list, db=db, jobs=jobs)
+    return Gateway(app, engine, served, skipped, len(store) if store else 0, capture, notes, db, jobs)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -94,7 +121,7 @@ def serve(gateway: Gateway, host: str, port: int) -> None:
     try:
         uvicorn.run(gateway.app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     finally:
-        gateway.engine.close()
+        gateway.close()
 
 
 class Running:
@@ -120,7 +147,7 @@ class Running:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
-        self.gateway.engine.close()
+        self.gateway.close()
 
 
 def start(options: Options) -> Running:
