@@ -16,7 +16,7 @@ def studio(workspace: Path = typer.Argument(Path("."), help="A folder holding `i
            attach: Optional[str] = typer.Option(None, "--attach", help="Open on a run: its run directory (any "
                                                                          "run, `train`'s too) or its run id.")):
     """Plan, review, launch and watch local SFT/GRPO/GSPO/DAPO runs (and remote ones under a cap) in one screen."""
-    from ..core.errors import StatesetError
+    from ..core.errors import InputError, StatesetError
 
     try:
         from ..studio.app import run
@@ -25,6 +25,6 @@ def studio(workspace: Path = typer.Argument(Path("."), help="A folder holding `i
             raise StatesetError(f"the studio needs {exc.name}: pip install 'stateset-agents[studio]'") from None
         raise
     if not workspace.is_dir():
-        raise StatesetError(f"{workspace}: not a folder (the studio's workspace is a folder holding `improve run` "
-                            "outputs)")
+        raise InputError("not a folder (the studio's workspace is a folder holding `improve run` outputs)",
+                         path=str(workspace))
     run(workspace.resolve(), attach=attach)

@@ -11,6 +11,7 @@ from typing import Any
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Header, Input, OptionList, Select, Static, TabbedContent, TabPane
@@ -111,8 +112,8 @@ class StudioApp(App):
             found.focus()  # keyboard-first: Enter picks the highlighted dataset
             found.highlighted = 0
         self.set_interval(self.poll_s, self._tick)
-        if self._attach_first:
-            self.attach(self._attach_first)
+        if self._attach_first:  # once the tabs are up (their initial pane would win otherwise)
+            self.call_after_refresh(self.attach, self._attach_first)
 
     # ------------------------------------------------------------------------------------------------ navigation
 
@@ -377,8 +378,12 @@ class StudioApp(App):
         live = feed.run_id is not None and snap.phase in ("pending", "running", "launching")
         whole = [c for c in snap.checkpoints if c.get("complete")]
         title = feed.run_id or actions.rel(feed.run_dir, self.workspace)
-        self.query_one(WatchPane).show(title, snap, can_stop=live and not self.stopping,
-                                       can_resume=feed.run_id is not None and snap.phase == "stopped" and bool(whole))
+        try:
+            self.query_one(WatchPane).show(title, snap, can_stop=live and not self.stopping,
+                                           can_resume=feed.run_id is not None and snap.phase == "stopped"
+                                           and bool(whole))
+        except NoMatches:  # a poll that returned while the app closes
+            return
 
     @on(Button.Pressed, "#watch-stop")
     def action_stop(self) -> None:
@@ -441,9 +446,11 @@ class StudioApp(App):
         from ..remote import state
 
         path = Path(target).expanduser()
-        if path.is_dir():
-            run_id = actions.run_for_dir(path)
-            self.watch_run(run_id=run_id) if run_id else self.watch_run(run_dir=path)
+        run_id = actions.run_for_dir(path)  # its directory appears only when the run is collected
+        if run_id:
+            self.watch_run(run_id=run_id)
+        elif path.is_dir():
+            self.watch_run(run_dir=path)
         elif state.load_record(target):
             self.watch_run(run_id=target)
         else:
