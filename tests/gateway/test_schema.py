@@ -30,8 +30,9 @@ def test_no_generated_request_gets_a_500(served, mode):
 
         try:
             check()
-        except Unsatisfiable:  # a route without parameters or body has no invalid input to generate
-            assert mode == "negative" and operation.method.upper() == "GET"
+        except Unsatisfiable:  # a route without a body and only a string id has no invalid input to generate
+            assert mode == "negative" and (operation.method.upper() in ("GET", "DELETE") or
+                                           operation.path.endswith(("/stop", "/cancel")))
     assert len(seen) > 20
     if mode == "negative":
         assert {code for _, code in seen} & {400, 404, 413}

@@ -82,7 +82,7 @@ class Jobs:
         algorithm = values["algorithm"] or registry.default("trainer", "local", face="train")
         try:
             spec = registry.require(algorithm or "", "trainer", "local", "a gateway training job")
-        except InputError as exc:
+        except StatesetError as exc:  # an unknown trainer, or one that does not run here
             raise bad(str(exc), "algorithm") from None
         reward = values["reward"]
         if reward and not reward.startswith("reward:"):
