@@ -57,9 +57,23 @@ def test_tests_import_their_helpers_by_package_path():
     """`from toy_rewards import ...` only worked through a sys.path edit: a module of tests/ imports as tests.*."""
     local = {p.stem for p in _python_files(TESTS) if p.stem != "__init__"} | {
         p.name for p in TESTS.rglob("*") if p.is_dir() and (p / "__init__.py").exists()}  # (not tests/ itself)
+    local -= {name for name in local if _installed_elsewhere(name)}  # tests/mcp beside the `mcp` SDK
     by_name = [f"{path.relative_to(ROOT)}:{n}: import {module}" for path in _python_files(TESTS)
                for n, module in _imports(path) if module.split(".")[0] in local]
     assert not by_name, "a test module imported by its bare name (use `tests.<dir>.<module>`):\n" + "\n".join(by_name)
+
+
+def _installed_elsewhere(name: str) -> bool:
+    """A top-level name that imports as a package outside tests/ (a test directory named after the SDK it tests)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return False
+    origin = spec.origin if spec and spec.origin else (list(spec.submodule_search_locations or [None])[0] if spec
+                                                        else None)
+    return bool(origin) and TESTS.resolve() not in Path(origin).resolve().parents
 
 
 def test_no_conftest_is_imported():

@@ -13,8 +13,6 @@ from ..formatting import fmt as _fmt
 
 #: The trainers `train` runs are those that declare "local"; plugins add their objectives' flags (`register_options`
 #: for the command "train"), each an objective field.
-#: The capability of a trainer that runs `--nproc N` ranks itself (under torchrun).
-MULTI_PROCESS = "multi_process"
 TrainCommand = registry_command("train", help={"algorithm": one_of("trainer", "local", face="train",
                                                                    lead="Trainer (objective)")})
 
@@ -82,67 +80,53 @@ def train(
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..core.errors import InputError, StatesetError
-    from ..core.registry import get_registry
-    from ..core.runtimes import load_component
+    from ..pipeline.training import Stopped, raise_unless_completed, resolve_trainer, run_training, train_request
 
-    registry = get_registry()
-    algorithm = algorithm or registry.default("trainer", "local", face="train")
-    if not algorithm:
-        raise InputError("name the trainer with --algorithm (`train --help` lists them)", field="algorithm")
-    spec = registry.require(algorithm, "trainer", "local", "`train` (a run on this machine)")
+    spec = resolve_trainer(algorithm, nproc=nproc)
     algorithm = spec.name
-    if nproc > 1 and MULTI_PROCESS not in spec.capabilities:  # it would ignore nproc and train on one process
-        raise InputError(f"--nproc {nproc}: trainer {algorithm} does not declare '{MULTI_PROCESS}' (it runs as one "
-                         "process); use --nproc 1", field="nproc")
     config_values = _read_config(config)
     # a plugin's flags are fields of its objective; the objective refuses fields it does not know, and here an
     # option the chosen trainer does not take is refused before anything loads
     config_values.update(plugin_fields(spec.full_name, f"the {algorithm} objective"))
     # whether a reward component is needed is the objective's to say (before the model loads)
     reward, reward_config = reward_and_config(reward, policy, reward_file, required=False)
-    request = {"dataset": str(dataset), "reward": reward, "reward_config": reward_config, "reward_runtime": runtime,
-               "base_model": base_model, "eval_prompts": str(eval_prompts) if eval_prompts else None,
-               "output": str(output), "steps": steps, "seed": seed, "save_every": save_every,
-               "config": config_values, "resume": resume, "overwrite": overwrite, "reload": reload,
-               "drop_overlap": drop_overlap, "nproc": nproc, "init_adapter": str(init_adapter) if init_adapter else None,
-               "eval": eval_protocol(samples, eval_temperature, eval_max_new_tokens,
-                                     allow_truncation=allow_truncation)}
+    request = train_request(dataset=dataset, output=output, reward=reward, reward_config=reward_config,
+                            reward_runtime=runtime, base_model=base_model, eval_prompts=eval_prompts,
+                            init_adapter=init_adapter, steps=steps, seed=seed, save_every=save_every,
+                            config=config_values, resume=resume, overwrite=overwrite, reload=reload,
+                            drop_overlap=drop_overlap, nproc=nproc,
+                            eval=eval_protocol(samples, eval_temperature, eval_max_new_tokens,
+                                               allow_truncation=allow_truncation))
+
+    def on_signals(cancel):  # SIGINT/SIGTERM: finish the current update, save a checkpoint, stop
+        previous = {s: signal.signal(s, lambda *_: cancel()) for s in (signal.SIGINT, signal.SIGTERM)}
+        return lambda: [signal.signal(s, h) for s, h in previous.items()]
+
     last: dict[str, Any] = {}
     first_reward = last_reward = None
-    with load_component(spec.full_name, runtime="inprocess") as trainer:
-        # SIGINT/SIGTERM: finish the current update, save a checkpoint, stop (the run reports how to resume)
-        previous = {s: signal.signal(s, lambda *_: trainer.cancel()) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=err_console, transient=True) as progress:
-                task = progress.add_task("training", total=None)
-                for event in trainer.run(request):
-                    last = event
-                    kind = event.get("type")
-                    if kind == "progress":
-                        progress.update(task, completed=event["step"], total=event["total"])
-                    elif kind == "metrics":
-                        r = event["metrics"].get("reward_mean", event["metrics"].get("loss"))
-                        first_reward = r if first_reward is None else first_reward
-                        last_reward = r
-                        progress.update(task, description=f"{algorithm} step {event['step']} "
-                                                          f"reward {_fmt(event['metrics'].get('reward_mean'))} "
-                                                          f"loss {_fmt(event['metrics'].get('loss'))}")
-                    elif kind == "log":
-                        err_console.print(event.get("message", ""), highlight=False)
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-    if last.get("type") != "completed":
-        message = last.get("message") or "the run ended without completing"
-        if last.get("reason") == "interrupted":
-            err_console.print(f"[yellow]stopped:[/] {message} (same flags plus --resume, without --overwrite)",
-                              highlight=False)
-            raise typer.Exit(130)
-        if last.get("reason") == "quarantined":  # never a plain failure: --resume is refused until --reload
-            raise StatesetError(f"training quarantined: {message}")
-        raise StatesetError(f"training failed: {message}")
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+        task = progress.add_task("training", total=None)
+        for event in run_training(spec, request, bind_cancel=on_signals):
+            last = event
+            kind = event.get("type")
+            if kind == "progress":
+                progress.update(task, completed=event["step"], total=event["total"])
+            elif kind == "metrics":
+                r = event["metrics"].get("reward_mean", event["metrics"].get("loss"))
+                first_reward = r if first_reward is None else first_reward
+                last_reward = r
+                progress.update(task, description=f"{algorithm} step {event['step']} "
+                                                  f"reward {_fmt(event['metrics'].get('reward_mean'))} "
+                                                  f"loss {_fmt(event['metrics'].get('loss'))}")
+            elif kind == "log":
+                err_console.print(event.get("message", ""), highlight=False)
+    try:
+        raise_unless_completed(last)
+    except Stopped as exc:
+        err_console.print(f"[yellow]stopped:[/] {exc} (same flags plus --resume, without --overwrite)",
+                          highlight=False)
+        raise typer.Exit(130) from None
     _summary(output, last, first_reward, last_reward)
 
 

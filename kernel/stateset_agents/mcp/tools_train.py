@@ -20,45 +20,38 @@ def _train(call: Call) -> dict[str, Any]:
     drive the progress notifications (one per committed update) and a cancelled call stops it cooperatively."""
     from ..cli.options import eval_protocol
     from ..core.jsonio import load_json, load_mapping
-    from ..core.registry import get_registry
-    from ..core.runtimes import load_component
+    from ..pipeline.training import Stopped, raise_unless_completed, resolve_trainer, run_training, train_request
 
-    registry = get_registry()
-    algorithm = call.get("algorithm") or registry.default("trainer", "local", face="train")
-    if not algorithm:
-        raise InputError("name the trainer with algorithm (`plugins_list` kind trainer lists them)", field="algorithm")
-    spec = registry.require(algorithm, "trainer", "local", "`train` (a run on this machine)")
+    spec = resolve_trainer(call.get("algorithm"))
     config = {}
     if call.get("config_file") is not None:
         config = load_mapping(call.path("config_file"), what="the config (a mapping of objective fields)", empty=True)
     config.update(call.get("config", {}))
     reward, reward_config = reward_of(call, required=False)
     output = call.path("output")
-    request = {"dataset": str(call.path("dataset")), "reward": reward, "reward_config": reward_config,
-               "reward_runtime": "inprocess", "base_model": _model(call), "output": str(output),
-               "eval_prompts": _str(call.path("eval_prompts")), "steps": call.get("steps"), "seed": call.get("seed"),
-               "save_every": call.get("save_every"), "config": config, "resume": call.get("resume", False),
-               "overwrite": call.get("overwrite", False), "reload": call.get("reload", False),
-               "drop_overlap": call.get("drop_overlap", False), "init_adapter": _str(call.path("init_adapter")),
-               "eval": eval_protocol(call.get("samples"), call.get("eval_temperature"), call.get("max_new_tokens"),
-                                     allow_truncation=call.get("allow_truncation", False))}
+    request = train_request(dataset=call.path("dataset"), output=output, reward=reward, reward_config=reward_config,
+                            base_model=_model(call), eval_prompts=call.path("eval_prompts"),
+                            init_adapter=call.path("init_adapter"), steps=call.get("steps"), seed=call.get("seed"),
+                            save_every=call.get("save_every"), config=config, resume=call.get("resume", False),
+                            overwrite=call.get("overwrite", False), reload=call.get("reload", False),
+                            drop_overlap=call.get("drop_overlap", False),
+                            eval=eval_protocol(call.get("samples"), call.get("eval_temperature"),
+                                               call.get("max_new_tokens"),
+                                               allow_truncation=call.get("allow_truncation", False)))
+
+    def on_cancel(cancel):
+        watcher = _on_cancel(call, cancel)
+        return watcher.set
+
     last: dict[str, Any] = {}
-    with load_component(spec.full_name, runtime="inprocess") as trainer:
-        watcher = _on_cancel(call, trainer.cancel)
-        try:
-            for event in trainer.run(request):
-                last = event
-                if event.get("type") == "progress":
-                    call.progress(event["step"], event["total"], f"{spec.name}: committed update {event['step']}")
-        finally:
-            watcher.set()
-    if last.get("type") != "completed":
-        message = last.get("message") or "the run ended without completing"
-        if last.get("reason") == "interrupted":
-            raise StatesetError(f"stopped: {message} (call train again with the same arguments and resume: true)")
-        if last.get("reason") == "quarantined":
-            raise StatesetError(f"training quarantined: {message}")
-        raise StatesetError(f"training failed: {message}")
+    for event in run_training(spec, request, bind_cancel=on_cancel):
+        last = event
+        if event.get("type") == "progress":
+            call.progress(event["step"], event["total"], f"{spec.name}: committed update {event['step']}")
+    try:
+        raise_unless_completed(last)
+    except Stopped as exc:
+        raise StatesetError(f"stopped: {exc} (call train again with the same arguments and resume: true)") from None
     manifest = load_json(output / "manifest.json")
     selection = manifest.get("selection") or {}
     return {"run_id": last.get("run_id"), "committed_updates": last.get("step"), "output": str(output),
@@ -95,10 +88,6 @@ def _model(call: Call) -> str | None:
     if local.is_absolute() or value.startswith(".") or (call.roots.folders[0] / local).exists():
         return str(call.roots.path(value, "base_model"))
     return value
-
-
-def _str(value) -> str | None:
-    return None if value is None else str(value)
 
 
 def _evaluate(call: Call) -> dict[str, Any]:
