@@ -14,7 +14,7 @@ from stateset_agents.remote import state
 from stateset_agents.studio.app import StudioApp
 from stateset_agents.studio.panes import WatchPane
 
-from .test_studio_flow import text, until
+from tests.studio.studio_helpers import text, until
 
 STEPS = 4
 

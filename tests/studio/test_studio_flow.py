@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 
@@ -14,22 +13,10 @@ from stateset_agents.remote import state
 from stateset_agents.remote.plan import load_verified
 from stateset_agents.studio.app import StudioApp
 from stateset_agents.studio.panes import WatchPane
+from tests.studio.studio_helpers import text, until
 
 pytest.importorskip("torch")
 STEPS = 12
-
-
-async def until(pilot, condition, timeout=90.0, what="condition"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return
-        await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def text(app, selector) -> str:
-    return str(app.query_one(selector).render())
 
 
 def test_choose_configure_review_launch_watch_stop_resume(workspace, tiny_config, tmp_path):

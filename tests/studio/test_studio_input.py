@@ -8,8 +8,7 @@ import pytest
 from stateset_agents.remote import state
 from stateset_agents.studio.app import StudioApp
 
-from .conftest import write_config
-from .test_studio_flow import text, until
+from tests.studio.studio_helpers import text, until, write_config
 
 
 def test_not_a_curated_file_kl_zero_and_a_plan_above_the_cap(workspace):

@@ -15,8 +15,7 @@ import pytest
 
 from stateset_agents.studio.app import HelpScreen, StudioApp
 
-from .conftest import write_config
-from .test_studio_flow import until
+from tests.studio.studio_helpers import until, write_config
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 SIZES = ((80, 24), (160, 48))

@@ -30,7 +30,6 @@ FORM_FIELDS = {"seed": "seed", "num_generations": "generations", "beta": "KL coe
                "steps": "update budget", "save_every": "save interval"}
 #: The field that holds an objective's KL coefficient (the shared engine's name for it).
 KL_FIELD = "beta"
-LOCAL = "local"
 
 
 def studio_dir(workspace: Path) -> Path:
@@ -131,16 +130,22 @@ def providers() -> list[str]:
     return get_registry().names("provider")
 
 
-def algorithms(provider: str) -> list[str]:
-    """The trainers that declare "local-studio"; for another provider, those of them that also declare "remote"."""
+def default_provider() -> str | None:
+    """The provider `train-remote` takes when none is named (the one that declares "default")."""
+    from ..core.registry import get_registry
+
+    return get_registry().default("provider", face="train-remote")
+
+
+def algorithms() -> list[str]:
+    """The trainers that declare "local-studio" and that a plan can run ("remote": every run, the local
+    provider's too, is a plan), `train`'s default first."""
     from ..core.registry import get_registry
 
     registry = get_registry()
-    studio = registry.names("trainer", "local-studio")
-    if provider != LOCAL:
-        remote = set(registry.names("trainer", "remote"))
-        studio = [name for name in studio if name in remote]
-    first = registry.default("trainer", "local", face="train")  # `train`'s default leads, when offered
+    planned = set(registry.names("trainer", "remote"))
+    studio = [name for name in registry.names("trainer", "local-studio") if name in planned]
+    first = registry.default("trainer", "local", face="train")
     return sorted(studio, key=lambda name: (name != first, name))
 
 

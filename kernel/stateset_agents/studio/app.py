@@ -163,35 +163,29 @@ class StudioApp(App):
         form.query_one("#cfg-dataset").update(actions.rel(c.get("dataset"), self.workspace)
                                               + (f" (validation {actions.rel(c['eval_prompts'], self.workspace)})"
                                                  if c.get("eval_prompts") else ""))
-        provider = c.get("provider") or actions.LOCAL
-        form.query_one("#cfg-provider", Select).value = provider
-        self._algorithms(provider)
+        provider = c.get("provider") or actions.default_provider()
+        if provider in actions.providers():
+            form.query_one("#cfg-provider", Select).value = provider
+        self._algorithms()
         if c.get("reward") in actions.rewards():
             form.query_one("#cfg-reward", Select).value = c["reward"]
         for key in ("base_model", "max_cost_usd", "max_hours", "gpu"):
             value = c.get(key)
-            if value is None and key == "max_cost_usd" and provider == actions.LOCAL:
-                value = 1  # provider:local costs nothing; a cap is still required
             form.query_one(f"#cfg-{key}", Input).value = "" if value is None else str(value)
         training = c.get("training") or {}
         for key in actions.FORM_FIELDS:
             if key in training:
                 form.query_one(f"#cfg-training-{key}", Input).value = str(training[key])
 
-    def _algorithms(self, provider: str) -> None:
+    def _algorithms(self) -> None:
         select = self.query_one("#cfg-algorithm", Select)
-        names = actions.algorithms(provider)
+        names = actions.algorithms()
         select.set_options([(n, n) for n in names])
         chosen = self.config.get("algorithm")
         if chosen in names:
             select.value = chosen
         elif names:
             select.value = names[0]
-
-    @on(Select.Changed, "#cfg-provider")
-    def _provider(self, event: Select.Changed) -> None:
-        if event.value is not Select.NULL:
-            self._algorithms(str(event.value))
 
     @on(Select.Changed, "#cfg-algorithm")
     def _algorithm(self, event: Select.Changed) -> None:
