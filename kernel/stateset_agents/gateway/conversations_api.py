@@ -1,7 +1,7 @@
 """/conversations: the index of captured calls (one row per served call: owner, agent, model, the live score,
 token counts, and where its line lies in the capture), and ``GET /conversations/export``, which streams the
 selected calls' capture lines as they were written: ingest's input format, so `stateset-agents ingest --format
-openai --input EXPORT.jsonl` reads an export as it is.
+<the OpenAI log ingestor> --input EXPORT.jsonl` reads an export as it is.
 
 Filters: ``agent``, ``since`` / ``until`` (Unix seconds), ``min_score`` / ``max_score``, ``owner`` (admin only),
 ``limit`` (at most 1000, newest first for the list; the export is oldest first, every match).
