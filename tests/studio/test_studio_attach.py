@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -31,11 +32,23 @@ def test_attach_by_run_directory_to_a_run_the_cli_started(workspace, tiny_model_
                  str(tiny_model_dir), "--algorithm", "grpo", "--reward", "customer_support", "--max-cost", "1",
                  "--max-hours", "0.5", "--config", str(config), "--output", str(out), "--detach"]) == 0
     run_id = state.all_records()[0]["run_id"]
+    # quitting while the run is live returns at once and leaves it running (the next attach picks it up)
+    started = time.monotonic()
+    asyncio.run(_open_and_quit(workspace, out))
+    assert time.monotonic() - started < 15
+    assert state.load_record(run_id)["phase"] == "running"
     asyncio.run(_attach(workspace, out, run_id))
     record = state.load_record(run_id)
     assert record["phase"] == "collected"
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == STEPS
+
+
+async def _open_and_quit(ws, out):
+    app = StudioApp(ws, attach=str(out), poll_s=0.25)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await until(pilot, lambda: app.feed is not None, what="the attach")
+        await pilot.press("ctrl+q")
 
 
 async def _attach(ws, out, run_id):

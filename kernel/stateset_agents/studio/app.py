@@ -5,6 +5,7 @@ wait on the provider) run in thread workers, so the screen never freezes; their 
 """
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -335,13 +336,13 @@ class StudioApp(App):
             self.feed.close()
         self.feed = RunFeed(run_id=run_id, run_dir=run_dir)
         if run_id is not None:
-            self._follow(run_id)
+            _daemon(self._follow, run_id)
         self.action_pane("watch")
         self._tick()
 
-    @work(thread=True, group="follow")
     def _follow(self, run_id: str) -> None:
-        """The watchdog and collection `train-remote --attach` runs (once per run in this app)."""
+        """The watchdog and collection `train-remote --attach` runs (once per run in this app). A daemon thread,
+        not a worker: quitting leaves the run running (attach again later), it never waits for the run's end."""
         from ..remote import state
 
         if run_id in self.followed or (state.load_record(run_id) or {}).get("phase") in state.FINAL_PHASES:
@@ -350,7 +351,7 @@ class StudioApp(App):
         try:
             actions.follow(run_id, poll_s=self.poll_s)
         except Exception as exc:  # noqa: BLE001
-            self.call_from_thread(self.notify, f"{run_id}: {actions.message(exc)}", severity="error")
+            self._say(f"{run_id}: {actions.message(exc)}", severity="error")
 
     def _tick(self) -> None:
         if self.feed is not None:
@@ -386,10 +387,9 @@ class StudioApp(App):
             return
         self.stopping = True
         self.query_one("#watch-stop", Button).disabled = True
-        self._stop(self.feed.run_id)
+        _daemon(self._stop, self.feed.run_id)
 
-    @work(thread=True, group="stop")
-    def _stop(self, run_id: str) -> None:
+    def _stop(self, run_id: str) -> None:  # a daemon thread, as `_follow`
         try:
             result = actions.stop(run_id)
             point = result.get("checkpoint")
@@ -399,7 +399,14 @@ class StudioApp(App):
         except Exception as exc:  # noqa: BLE001
             text = f"stop failed: {actions.message(exc)}"
         self.stopping = False
-        self.call_from_thread(self.notify, text)
+        self._say(text)
+
+    def _say(self, text: str, severity: str = "information") -> None:
+        """A notification from a daemon thread (nothing when the app has closed meanwhile)."""
+        try:
+            self.call_from_thread(self.notify, text, severity=severity)
+        except RuntimeError:
+            pass
 
     @on(Button.Pressed, "#watch-resume")
     def action_resume(self) -> None:
@@ -464,6 +471,10 @@ def _number(raw: str, where: str, problems: list[tuple[str, str]]) -> int | floa
     except ValueError:
         problems.append((where, f"not a number: {text!r}"))
         return None
+
+
+def _daemon(target, *args) -> None:
+    threading.Thread(target=target, args=args, daemon=True).start()
 
 
 def run(workspace: Path, attach: str | None = None) -> None:
