@@ -21,7 +21,8 @@ pytest.importorskip("prometheus_client")
 def _serve(registry: Path, database: str, tiny: Path, port: int, log: Path) -> subprocess.Popen:
     argv = [sys.executable, "-m", "stateset_agents", "serve", "--registry", str(registry), "--base-model", str(tiny),
             "--port", str(port), "--database", database, "--device", "cpu", "--max-new-tokens", "8"]
-    child = subprocess.Popen(argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+    env = {**os.environ, "STATESET_AGENTS_STATE_DIR": str(log.parent / "state")}  # the server's runs, ledger
+    child = subprocess.Popen(argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if child.poll() is not None:
@@ -184,3 +185,29 @@ def test_an_infer_key_cannot_submit_jobs(jobs_gw, tmp_path):
                         json={"kind": "train", "dataset": "x"})
     assert answer.status_code == 403 and "train" in answer.json()["error"]["message"]
     assert httpx.get(jobs_gw.url + "/training/jobs").status_code == 401
+
+
+def test_a_train_remote_plan_is_quoted_first_capped_and_run_through_the_run_control(jobs_gw):
+    gw = jobs_gw
+    config = {"provider": "local", "dataset": str(gw.data), "base_model": str(gw.tiny), "algorithm": "sft",
+              "reward": "gsm8k", "max_hours": 0.5,
+              "training": {"steps": 1, "batch_size": 2, "max_new_tokens": 4, "save_every": 1}}
+    refused = call(gw, "POST", "/training/jobs", json={"kind": "train-remote", "config": {**config,
+                                                                                          "max_cost_usd": 0}})
+    assert refused.status_code == 400 and "refused" in refused.json()["error"]["message"], refused.text
+    before = set((gw.root / "registry" / ".jobs").iterdir())
+    answer = call(gw, "POST", "/training/jobs", json={"kind": "train-remote", "config": {**config,
+                                                                                         "max_cost_usd": 1}})
+    assert answer.status_code == 201, answer.text
+    job = answer.json()
+    assert job["quote"]["worst_case_usd"] == 0.0 and job["quote"]["quote"]["provider"] == "local"
+    assert job["run_id"] == job["quote"]["run_id"]
+    done = wait_for(gw, job["id"], lambda s: s["state"] not in ("queued", "starting", "running"), timeout=240)
+    assert done["state"] == "succeeded", (done, (gw.root / "registry" / ".jobs" / job["id"] / "worker.log")
+                                          .read_text()[-1500:])
+    run = gw.root / "registry" / ".jobs" / job["id"] / "run"
+    receipt = json.loads((run / "remote_receipt.json").read_text())
+    assert receipt["run_id"] == job["run_id"] and receipt["spend_usd"] == 0.0
+    assert len(set((gw.root / "registry" / ".jobs").iterdir()) - before) == 1  # the refused plan left nothing
+    kinds = [json.loads(x).get("type") for x in (run.parent / "events.jsonl").read_text().splitlines()]
+    assert "completed" in kinds or "metrics" in kinds

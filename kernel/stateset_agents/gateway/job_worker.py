@@ -80,26 +80,38 @@ def run_train(db: Database, job: dict[str, Any]) -> tuple[str, str]:
 
 
 def run_remote(db: Database, job: dict[str, Any]) -> tuple[str, str]:
-    """A train-remote plan (prepared, quoted and capped by the gateway): launched, then its events mirrored."""
+    """A train-remote plan (prepared, quoted and capped by the gateway): launched as `train-remote` launches it,
+    watched under the cap and collected (`remote.session.watch`), its events mirrored from `runs.logs`."""
     from .. import runs
     from ..remote import session
 
     job_dir = Path(job["job_dir"])
-    provider = session.open_provider(job["request"]["provider"], job["request"].get("provider_config"))
+    spec = job["request"]
+    provider = session.open_provider(spec["provider"], spec.get("provider_config"))
     try:
         launched = session.launch(job_dir / "workspace", provider, output=job_dir / "run")
-        db.execute("UPDATE jobs SET run_id = ?, updated_at = ? WHERE id = ?",
-                   (launched["run_id"], time.time(), job["id"]))
-        with open(job_dir / "events.jsonl", "ab") as events:
-            for event in runs.logs(launched["run_id"], follow=True, provider=provider, poll_s=0.5):
-                events.write(dumps_line(event))
-                events.flush()
-        final = runs.status(launched["run_id"], provider=provider)
+        run_id = launched["run_id"]
+        db.execute("UPDATE jobs SET run_id = ?, updated_at = ? WHERE id = ?", (run_id, time.time(), job["id"]))
+
+        def mirror():  # its own provider: the watch below uses the other from this thread
+            try:
+                with session.open_provider(spec["provider"], spec.get("provider_config")) as own, \
+                        open(job_dir / "events.jsonl", "ab") as events:
+                    for event in runs.logs(run_id, follow=True, provider=own, poll_s=0.5):
+                        events.write(dumps_line(event))
+                        events.flush()
+            except Exception as exc:  # the log is a view; the watch decides the outcome
+                print(f"event mirror stopped: {type(exc).__name__}: {exc}", flush=True)
+
+        thread = threading.Thread(target=mirror, daemon=True)
+        thread.start()
+        record = session.watch(run_id, provider, poll_s=1.0)
+        thread.join(30)
     finally:
         provider.close()
-    state = (final.get("job") or {}).get("state")
-    return {"succeeded": "succeeded", "stopped": "stopped", "cancelled": "cancelled"}.get(state, "failed"), \
-        f"remote job {state}"
+    phase = record.get("phase")
+    state = {"collected": "succeeded", "stopped": "stopped", "cancelled": "cancelled"}.get(phase, "failed")
+    return state, record.get("error") or f"remote run {run_id} {phase} (spend {record.get('spend_usd')} USD)"
 
 
 def main(argv: list[str] | None = None) -> int:
