@@ -1,5 +1,7 @@
-"""Each objective: the loss equals a hand computation, the ratio is 1 before any update, and one update moves
-log-probs in the direction of the advantages (a sign error fails here)."""
+"""Each objective: the loss equals a hand computation, the recorded behaviour log-probs are the sampling policy's
+own (a rollout batch's first pass), and one update moves log-probs in the direction of the advantages (a sign
+error fails here). Later passes over a batch, where the ratio leaves 1 and the clip acts: tests/objectives/
+test_reuse.py."""
 from __future__ import annotations
 
 import math
@@ -81,7 +83,9 @@ def test_configs_reject_fields_their_objective_does_not_use():
 
 
 @pytest.mark.parametrize("algo", SAMPLING)
-def test_ratio_is_one_before_first_update(tiny, algo):
+def test_first_pass_scores_the_sampling_policy(tiny, algo):
+    """The log-probs recorded at sampling equal the update's own before it steps (left padding included), so the
+    importance ratio is a true pi_theta / pi_old once the weights move (`test_reuse`)."""
     backend, batch, cfg, _ = rollout_batch(*tiny, algo)
     new = backend.logprobs(batch, temperature=cfg.temperature)
     m = batch.completion_mask > 0

@@ -20,7 +20,8 @@ ROLLOUT_ENGINES = ("transformers", "vllm")
 class TrainConfig:
     """Fields every objective uses.
 
-    * ``steps`` (50): committed optimizer updates to run.
+    * ``steps`` (50): committed optimizer updates to run (optimizer steps, each with its own receipt; with
+      ``num_iterations``/``minibatches`` one rollout batch serves several of them).
     * ``batch_size`` (4): prompts per update.
     * ``learning_rate`` (1e-4): AdamW learning rate for the LoRA weights; ``warmup_steps`` (0) linear warmup, then
       constant. ``weight_decay`` (0.0), ``max_grad_norm`` (1.0).
@@ -113,6 +114,10 @@ class TrainConfig:
         """The temperature the update scores log-probs at: SFT scores the data under the plain model."""
         return 1.0
 
+    def updates_per_batch(self) -> int:
+        """Optimizer steps one batch serves (sampling objectives: ``num_iterations x minibatches``)."""
+        return 1
+
 
 @dataclass
 class PolicyConfig(TrainConfig):
@@ -122,6 +127,13 @@ class PolicyConfig(TrainConfig):
       so budgets match across objectives).
     * ``beta``: KL coefficient against the reference (base model, adapter disabled).
     * ``epsilon``: lower (and, without ``epsilon_high``, upper) clipping range of the importance ratio.
+    * ``num_iterations`` (1: the mu of the GRPO/PPO papers): passes over each rollout batch. Every pass scores
+      the importance ratio against the behaviour log-probs recorded when the batch was sampled, so from the second
+      optimizer step on the ratio leaves 1 and clipping acts. ``minibatches`` (1): each pass splits the batch's
+      groups into this many contiguous minibatches, one optimizer step each. One rollout batch thus serves
+      ``num_iterations x minibatches`` optimizer steps; ``steps`` and ``save_every`` count optimizer steps and must
+      be multiples of it, so checkpoints (and a stop) fall on rollout-batch boundaries and resume stays exact.
+      Defaults keep one update per rollout batch (PPO's paper used mu 4 to 10 with 32 minibatches, GRPO's mu 1).
     * ``tis_cap`` (2.0): with ``rollout_engine: vllm``, the cap C of the truncated importance weight
       min(exp(logp_trainer - logp_vllm), C) that corrects the sampler/trainer mismatch in the loss; null turns the
       correction off (the mismatch is still reported).
@@ -133,9 +145,28 @@ class PolicyConfig(TrainConfig):
     beta: float = 0.04
     epsilon: float = 0.2
     tis_cap: float | None = 2.0
+    num_iterations: int = 1
+    minibatches: int = 1
 
     def __post_init__(self):
         super().__post_init__()
+        for name in ("num_iterations", "minibatches"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise InputError(f"{name} must be a positive whole number, got {value!r}", field=name)
+        if self.minibatches > self.batch_size:
+            raise InputError(f"minibatches {self.minibatches} exceeds batch_size {self.batch_size}: a minibatch "
+                             "holds at least one prompt's group", field="minibatches")
+        per = self.updates_per_batch()
+        for name in ("steps", "save_every"):
+            if getattr(self, name) % per:
+                raise InputError(f"{name} {getattr(self, name)} is not a multiple of num_iterations x minibatches "
+                                 f"= {per}: {name} counts optimizer steps, and checkpoints fall on rollout-batch "
+                                 "boundaries", field=name)
+        if per > 1 and self.rollout_engine != "transformers":
+            raise InputError("num_iterations/minibatches > 1 reuse a rollout batch after the weights moved; the "
+                             "vLLM importance correction needs the sampling policy's weights: use "
+                             "rollout_engine transformers", field="num_iterations")
         if self.tis_cap is not None and not self.tis_cap > 0:
             raise InputError("tis_cap must be positive (or null: no correction)", field="tis_cap")
         if self.num_generations < 2:
@@ -155,6 +186,9 @@ class PolicyConfig(TrainConfig):
 
     def kl_coefficient(self) -> float:
         return float(self.beta)
+
+    def updates_per_batch(self) -> int:
+        return self.num_iterations * self.minibatches
 
     def update_temperature(self) -> float:
         return self.temperature  # the policy that sampled, at the temperature it sampled with

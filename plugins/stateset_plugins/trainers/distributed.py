@@ -149,6 +149,9 @@ def check_supported(objective, config, world_size: int, *, hosted: bool = False)
     if str(config.device).startswith("cuda:"):
         raise InputError(f"device {config.device} names one GPU; with --nproc each rank takes its own "
                          "(LOCAL_RANK): use device auto or cuda", field="device")
+    if getattr(config, "updates_per_batch", lambda: 1)() > 1:
+        raise InputError("num_iterations/minibatches > 1 run on one process only for now (the ranks' minibatch "
+                         "updates are not yet checked equal to one process's): use --nproc 1", field="nproc")
     if config.batch_size % world_size:
         raise InputError(f"batch_size {config.batch_size} does not split into {world_size} equal shares of whole "
                          f"groups: use a multiple of {world_size}", field="batch_size")

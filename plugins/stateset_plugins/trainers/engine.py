@@ -112,56 +112,91 @@ class Engine:
                 if self.failure:
                     return
             while self.step < cfg.steps:
-                if self.world.any(self._stop.is_set()):
+                if self.world.any(self._stop.is_set()):  # only at rollout-batch boundaries: see `_batch_updates`
                     self._stop.set()
                     yield from self._interrupt(extra)
                     return
-                started = time.perf_counter()
-                attempt = _Attempt(self.step + 1)
-                with self._failing_closed(attempt):
-                    failed, t_update = None, time.perf_counter()
+                for event in self._batch_updates(extra):
+                    yield event
+                    if self.failure:
+                        return
+                if self.failure:
+                    return
+            if self._stop.is_set() and self.step < cfg.steps:
+                yield from self._interrupt(extra)
+
+    def _batch_updates(self, extra: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """One batch and the optimizer steps it serves: ``num_iterations`` passes of ``minibatches`` updates, each
+        a committed update with its own receipt, all scored against the behaviour log-probs the batch was sampled
+        with (so the ratio leaves 1 after the first step and clipping acts). `steps` and `save_every` are multiples
+        of the updates per batch (`PolicyConfig`), so checkpoints and stops fall between batches: a checkpoint never
+        holds a half-used batch and resume replays nothing."""
+        cfg, obj = self.config, self.objective
+        started = time.perf_counter()
+        attempt = _Attempt(self.step + 1)
+        failed, batch, info = None, None, {}
+        with self._failing_closed(attempt):
+            try:
+                batch, info = self._make_batch()
+                attempt.batch = batch_digest(batch)
+                check_batch(batch, self.backend.vocab_size, needs_behaviour=obj.rollout != "none",
+                            needs_reference=cfg.kl_coefficient() > 0)
+            except Exception as exc:  # noqa: BLE001 - on N ranks the others must hear of it first (in `_sync`)
+                if not self.world.distributed:
+                    raise
+                failed = exc
+        if self.failure:
+            return
+        plan = _plan(batch, cfg) if batch is not None else [(0, 0, None)]
+        many = len(plan) > 1
+        for n, (iteration, minibatch, span) in enumerate(plan):
+            part = batch if span is None or batch is None else batch.rows(*span)
+            attempt = attempt if n == 0 else _Attempt(self.step + 1)
+            with self._failing_closed(attempt):
+                stats, t_update = {}, time.perf_counter()
+                if failed is None:
                     try:
-                        batch, info = self._make_batch()
-                        attempt.batch = batch_digest(batch)
-                        check_batch(batch, self.backend.vocab_size, needs_behaviour=obj.rollout != "none",
-                                    needs_reference=cfg.kl_coefficient() > 0)
-                        t_update = time.perf_counter()
+                        attempt.batch = batch_digest(part)
                         attempt.phase = "backward"
                         stats = self.backend.forward_backward(
-                            batch, lambda new, b, *v: obj.loss(new, b, cfg, *v),
+                            part, lambda new, b, *v: _with_ratio_stats(obj, obj.loss(new, b, cfg, *v), new, b),
                             temperature=cfg.update_temperature(), values=obj.value_head)
                     except Exception as exc:  # noqa: BLE001 - on N ranks the others must hear of it first
                         if not self.world.distributed:
                             raise
-                        failed, batch, info, stats = exc, None, {}, {}
-                    if self.world.distributed:
-                        info, stats = self._sync(attempt, failed, batch, info, stats)
-                    attempt.phase = "step"
-                    stats.update(self.backend.optimizer_step())
-                    if self.world.distributed and not self._skip_allreduce:
-                        self._check_replicas()
-                    attempt.phase = "committed"
-                    self._receipt(attempt)
+                        failed, stats = exc, {}
+                rollout = info if n == 0 else {}
+                if self.world.distributed:
+                    rollout, stats = self._sync(attempt, failed, part if failed is None else None, rollout, stats)
+                attempt.phase = "step"
+                stats.update(self.backend.optimizer_step())
+                if self.world.distributed and not self._skip_allreduce:
+                    self._check_replicas()
+                attempt.phase = "committed"
+                self._receipt(attempt, **({"iteration": iteration, "minibatch": minibatch} if many else {}))
+            if self.failure:
+                return
+            self.step += 1  # committed
+            now = time.perf_counter()
+            record = {"step": self.step, **rollout, **stats, "update_time": now - t_update,
+                      "step_time": now - (started if n == 0 else t_update)}
+            if many:
+                record.update(iteration=iteration, minibatch=minibatch, rows=len(part.sample_ids))
+            if self.world.distributed:
+                record["world_size"] = self.world.size
+            if n == 0:
+                record["tokens_per_s"] = rollout.get("rollout_tokens", batch.sampled_tokens() * self.world.size) / max(
+                    rollout.get("generation_time") or record["step_time"], 1e-9)
+            self._log_metrics(record)
+            yield {"type": "metrics", "step": self.step, "metrics": record}
+            yield {"type": "progress", "step": self.step, "total": cfg.steps}
+            if self.run_dir and (self.step % cfg.save_every == 0 or self.step == cfg.steps):
+                if n != len(plan) - 1:  # `PolicyConfig` makes this impossible; never save a half-used batch
+                    raise AssertionError(f"checkpoint {self.step} would fall inside a rollout batch")
+                event = self._checkpoint(extra)
                 if self.failure:
                     return
-                self.step += 1  # committed
-                now = time.perf_counter()
-                record = {"step": self.step, **info, **stats, "update_time": now - t_update,
-                          "step_time": now - started}
-                if self.world.distributed:
-                    record["world_size"] = self.world.size
-                record["tokens_per_s"] = info.get("rollout_tokens", batch.sampled_tokens() * self.world.size) / max(
-                    info.get("generation_time") or record["step_time"], 1e-9)
-                self._log_metrics(record)
-                yield {"type": "metrics", "step": self.step, "metrics": record}
-                yield {"type": "progress", "step": self.step, "total": cfg.steps}
-                if self.run_dir and (self.step % cfg.save_every == 0 or self.step == cfg.steps):
-                    event = self._checkpoint(extra)
-                    if self.failure:
-                        return
-                    yield event
-            if self._stop.is_set() and self.step < cfg.steps:
-                yield from self._interrupt(extra)
+                yield event
 
     def _pretrain_value(self) -> Iterator[dict[str, Any]]:
         """VAPO's value pre-training: rollouts of the initial policy train only the value head (Monte Carlo
@@ -459,6 +494,40 @@ class Engine:
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
+
+
+def _plan(batch: Batch, config) -> list[tuple[int, int, tuple[int, int] | None]]:
+    """(iteration, minibatch, row span or None for the whole batch) of each optimizer step a batch serves, in
+    order: every pass walks the same contiguous minibatches of whole groups (a group's rows stay together, so
+    group-level ratios such as GEPO's see their whole group)."""
+    mu, parts = int(getattr(config, "num_iterations", 1)), int(getattr(config, "minibatches", 1))
+    if mu * parts == 1:
+        return [(0, 0, None)]
+    g = max(batch.group_size, 1)
+    groups = shares(list(range(len(batch.sample_ids) // g)), min(parts, max(len(batch.sample_ids) // g, 1)))
+    spans = [(part[0] * g, (part[-1] + 1) * g) for part in groups if part]
+    return [(k, j, span if len(spans) > 1 else None) for k in range(mu) for j, span in enumerate(spans)]
+
+
+def _with_ratio_stats(objective, result, new_logp, batch):
+    """The loss's stats plus, for a sampling objective, the update's approximate KL to the behaviour policy
+    (mean over sampled tokens of (r - 1) - log r, r = pi_theta / pi_old; 0 on the first pass) and the ratio's
+    spread, so `metrics.jsonl` shows how far each reuse of a rollout batch has moved."""
+    loss, stats = result
+    if objective.rollout == "none" or batch.behaviour_logp is None:
+        return loss, stats
+    from .objectives.common import masked_token_mean, safe
+
+    mask = batch.completion_mask
+    log_r = (safe(new_logp.detach(), mask) - safe(batch.behaviour_logp, mask))
+    ratio = torch.exp(log_r)
+    stats = dict(stats)
+    stats.setdefault("approx_kl", float(masked_token_mean(ratio - 1 - log_r, mask)))
+    on = mask > 0
+    if bool(on.any()):
+        stats.setdefault("ratio_max", float(ratio[on].max()))
+        stats.setdefault("ratio_min", float(ratio[on].min()))
+    return loss, stats
 
 
 def _describe(exc: Exception, phase: str) -> tuple[str, str, str, str | None]:
