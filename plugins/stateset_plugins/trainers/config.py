@@ -38,6 +38,9 @@ class TrainConfig:
       then backpropagates N rows at a time: the same gradient (the chain rule through the log-probs; float
       rounding aside) for any loss of the log-probs, with the activations of N rows alive instead of all, for one
       more forward pass without gradient. Objectives with a value head run all rows at once.
+    * ``gradient_checkpointing`` (False): recompute each decoder layer in backward instead of keeping its
+      activations (`models.memory`): an update's activation memory falls to about one layer's, for about one more
+      forward pass of compute. Sampling keeps its KV cache. Needs ``prompt_gradient`` true.
     * ``save_every`` (10): a checkpoint every that many committed updates, and always after the last one;
       ``keep_checkpoints`` (2) most recent ones kept. ``seed`` (0).
     * ``device`` ("auto"): where the local backend runs: "auto" (CUDA when available, else CPU), "cpu", "cuda",
@@ -64,6 +67,7 @@ class TrainConfig:
     lora_target_modules: Any = "all-linear"
     prompt_gradient: bool = True
     update_rows: int = 0
+    gradient_checkpointing: bool = False
     save_every: int = 10
     keep_checkpoints: int = 2
     seed: int = 0
@@ -82,6 +86,10 @@ class TrainConfig:
         if not isinstance(self.update_rows, int) or self.update_rows < 0:
             raise InputError(f"update_rows must be 0 (all rows at once) or a positive row count, got "
                              f"{self.update_rows!r}", field="update_rows")
+        if self.gradient_checkpointing and not self.prompt_gradient:
+            raise InputError("gradient_checkpointing needs prompt_gradient true: the detached-prompt update reuses "
+                             "the prompt's KV cache, which transformers' checkpointing drops (and that update keeps "
+                             "activations for the completion only anyway)", field="gradient_checkpointing")
         device = str(self.device)
         if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
             raise InputError(f"device must be auto, cpu, cuda or cuda:N, got {self.device!r}", field="device")
