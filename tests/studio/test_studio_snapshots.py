@@ -26,6 +26,12 @@ def normalise(svg: str) -> str:
     return re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00", "TIME", svg)
 
 
+async def settle(pilot) -> None:
+    """Let focus moves and the footer's bindings catch up before the export."""
+    for _ in range(3):
+        await pilot.pause(0.05)
+
+
 def check(name: str, svg: str) -> None:
     path = SNAPSHOTS / f"{name}.svg"
     svg = normalise(svg)
@@ -67,19 +73,19 @@ async def _shots(ws: Path, size):
     async with app.run_test(size=size) as pilot:
         assert app.use_dataset("improve", switch=False)
         await until(pilot, lambda: getattr(app, "defaults_for", None) == "sft", what="sft's fields")
-        await pilot.pause()
+        await settle(pilot)
         check(f"data-{tag}", app.export_screenshot())
         app.action_pane("configure")
-        await pilot.pause()
+        await settle(pilot)
         check(f"configure-{tag}", app.export_screenshot())
         await pilot.press("ctrl+r")
         await until(pilot, lambda: "refused" in str(app.query_one("#review-error").render()), what="refusal")
-        await pilot.pause()
+        await settle(pilot)
         check(f"review-{tag}", app.export_screenshot())
         app.attach(str(write_run(ws / "runs" / "example")))
         await until(pilot, lambda: app.query_one("#watch-results").row_count == 5, what="the run read")
-        await pilot.pause()
+        await settle(pilot)
         check(f"watch-{tag}", app.export_screenshot())
         app.push_screen(HelpScreen())
-        await pilot.pause()
+        await settle(pilot)
         check(f"help-{tag}", app.export_screenshot())

@@ -40,10 +40,12 @@ CSS = """
 .row { height: auto; }
 .label { width: 16; padding: 1 1 0 0; }
 .error { color: $error; }
-.field-error { padding-left: 16; height: auto; }
+.field-error { padding-left: 16; height: auto; display: none; }
+.field-error.shown { display: block; }
+ConfigurePane .label { padding: 0 1 0 0; }
+ConfigurePane .row { margin-bottom: 1; }
 Select { width: 1fr; }
 #data-list { height: auto; max-height: 6; }
-#cfg-dataset { padding-top: 1; }
 #data-path, #watch-attach { width: 1fr; }
 #watch-plot { height: 12; min-height: 8; }
 #watch-checkpoints { height: auto; max-height: 8; }
@@ -123,6 +125,17 @@ class StudioApp(App):
 
     def action_pane(self, name: str) -> None:
         self.query_one("#tabs", TabbedContent).active = name
+        self.call_after_refresh(self._focus_in, name)
+
+    def _focus_in(self, name: str) -> None:
+        """Keyboard-first: a pane opens with its first field (or button) focused."""
+        pane = self.query_one(f"#{name}", TabPane)
+        if self.focused is not None and pane in self.focused.ancestors:
+            return
+        for widget in pane.query("OptionList, Select, Input, Button"):
+            if widget.focusable and widget.display and not widget.disabled:
+                widget.focus()
+                return
 
     # ------------------------------------------------------------------------------------------------------ data
 
@@ -246,12 +259,14 @@ class StudioApp(App):
         form = self.query_one(ConfigurePane)
         for box in form.query(".field-error"):
             box.update("")
+            box.remove_class("shown")
         for where, text in errors:
             key = where.split(".")[0] if not where.startswith("training.") else ".".join(where.split(".")[:2])
             ident = key.replace(".", "-")
             found = form.query(f"#err-{ident}") if ident.replace("-", "_").isidentifier() else None
             if found:
                 found.first().update(text)
+                found.first().add_class("shown")
         form.query_one("#cfg-errors").update("\n".join(f"{where}: {text}" for where, text in errors))
 
     @on(Button.Pressed, "#cfg-check")

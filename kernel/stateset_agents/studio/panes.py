@@ -98,17 +98,21 @@ class ConfigurePane(VerticalScroll):
 
         yield from field("dataset", "dataset", Static("-", id="cfg-dataset"))
         yield from field("provider", "provider", Select([(p, p) for p in actions.providers()], id="cfg-provider",
-                                                        allow_blank=True))
-        yield from field("algorithm", "algorithm", Select([], id="cfg-algorithm", allow_blank=True))
-        yield from field("reward", "reward", Select([(r, r) for r in actions.rewards()], id="cfg-reward"))
+                                                        allow_blank=True, compact=True))
+        yield from field("algorithm", "algorithm", Select([], id="cfg-algorithm", allow_blank=True,
+                                                                   compact=True))
+        yield from field("reward", "reward", Select([(r, r) for r in actions.rewards()], id="cfg-reward",
+                                                                    compact=True))
         yield from field("base_model", "base model", Input(placeholder="offline default (SmolLM2-135M-Instruct); "
-                                                                       "a path or hub id", id="cfg-base_model"))
+                                                                       "a path or hub id", id="cfg-base_model",
+                                                                       compact=True))
         for key, label in actions.FORM_FIELDS.items():
-            yield from field(f"training.{key}", label, Input(id=f"cfg-training-{key}"))
+            yield from field(f"training.{key}", label, Input(id=f"cfg-training-{key}", compact=True))
         yield from field("max_cost_usd", "cap USD", Input(placeholder="required: the most the run may spend",
-                                                                   id="cfg-max_cost_usd"))
-        yield from field("max_hours", "max hours", Input(id="cfg-max_hours"))
-        yield from field("gpu", "GPU (remote)", Input(placeholder="the provider's default", id="cfg-gpu"))
+                                                                   id="cfg-max_cost_usd", compact=True))
+        yield from field("max_hours", "max hours", Input(id="cfg-max_hours", compact=True))
+        yield from field("gpu", "GPU (remote)", Input(placeholder="the provider's default", id="cfg-gpu",
+                                                                  compact=True))
         yield Static("", id="cfg-errors", classes="error")
         with Horizontal(classes="row"):
             yield Button("Check", id="cfg-check")
