@@ -161,6 +161,7 @@ class Engine:
                         stats = self.backend.forward_backward(
                             part, lambda new, b, *v: _with_ratio_stats(obj, obj.loss(new, b, cfg, *v), new, b),
                             temperature=cfg.update_temperature(), values=obj.value_head)
+                        stats["trained_tokens"] = part.sampled_tokens()  # the tokens this step's loss covers
                     except Exception as exc:  # noqa: BLE001 - on N ranks the others must hear of it first
                         if not self.world.distributed:
                             raise
@@ -551,7 +552,7 @@ def _merge(ranks: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]
     mean and spread over every score."""
     def combine(key: str, values: list, weights: list[float]) -> Any:
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-        if numbers and key == "rollout_tokens":
+        if numbers and key in ("rollout_tokens", "trained_tokens"):
             return sum(values)
         if not numbers or all(v == values[0] for v in values):
             return values[0]
