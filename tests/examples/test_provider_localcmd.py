@@ -202,18 +202,21 @@ def test_a_cooperative_stop_logs_and_status_pass_through(tmp_path):
         assert provider.stop("sa-never")["requested"] is False
         assert provider.logs({"run_id": "sa-never", "offset": 0}) == {"data_b64": "", "offset": 0, "eof": True}
         provider.launch(_plan(tmp_path, "sa-coop", max_cost=1.0, max_hours=1.0))
-        _wait_for(provider, "sa-coop", ("running",))
-        for _ in range(200):  # the command writes its first event a moment after it starts
-            first = provider.logs({"run_id": "sa-coop", "offset": 0})
-            if first["data_b64"]:
-                break
-            time.sleep(0.05)
-        assert json.loads(base64.b64decode(first["data_b64"])) == {"type": "checkpoint", "step": 1}
-        running = provider.status("sa-coop")
-        assert running["checkpoints"][0]["complete"] and running["quarantined"] is None
-        assert provider.stop("sa-coop")["requested"] is True
-        final = _wait_for(provider, "sa-coop", ("stopped", "failed", "succeeded", "terminated"))
-        assert final["state"] == "stopped" and final["stop_requested"] is True
-        rest = provider.logs({"run_id": "sa-coop", "offset": first["offset"]})
-        assert json.loads(base64.b64decode(rest["data_b64"]))["reason"] == "interrupted" and rest["eof"]
-        assert provider.stop("sa-coop")["requested"] is False
+        try:
+            _wait_for(provider, "sa-coop", ("running",))
+            for _ in range(200):  # the command writes its first event a moment after it starts
+                first = provider.logs({"run_id": "sa-coop", "offset": 0})
+                if first["data_b64"]:
+                    break
+                time.sleep(0.05)
+            assert json.loads(base64.b64decode(first["data_b64"])) == {"type": "checkpoint", "step": 1}
+            running = provider.status("sa-coop")
+            assert running["checkpoints"][0]["complete"] and running["quarantined"] is None
+            assert provider.stop("sa-coop")["requested"] is True
+            final = _wait_for(provider, "sa-coop", ("stopped", "failed", "succeeded", "terminated"))
+            assert final["state"] == "stopped" and final["stop_requested"] is True
+            rest = provider.logs({"run_id": "sa-coop", "offset": first["offset"]})
+            assert json.loads(base64.b64decode(rest["data_b64"]))["reason"] == "interrupted" and rest["eof"]
+            assert provider.stop("sa-coop")["requested"] is False
+        finally:  # a failed assertion must not leave the job running until its deadline
+            provider.terminate("sa-coop")
