@@ -250,6 +250,15 @@ def _status(row: dict[str, Any]) -> dict[str, Any]:
         body["checkpoints"] = checkpoint_table(run)
     else:
         body["checkpoints"] = []
+    if row["kind"] == "train-remote" and row["run_id"] and row["state"] == "running":
+        from .. import runs
+
+        try:  # the provider's view of a live remote run (state, spend, its checkpoints)
+            live = runs.status(row["run_id"])
+            body["remote"] = {"phase": live["phase"], "job": live["job"], "stop_requested": live["stop_requested"]}
+            body["checkpoints"] = live["checkpoints"] or body["checkpoints"]
+        except (InputError, StatesetError) as exc:
+            body["remote"] = {"error": str(exc)}
     return body
 
 
@@ -303,14 +312,18 @@ def register(app: FastAPI, jobs: Jobs, authorize: Callable, json_body: Callable)
                     with open(path, "rb") as f:
                         f.seek(position)
                         data = f.read(1 << 20)
+                start = position - len(carry)  # where `carry + data` begins in the file
                 position += len(data)
                 lines = (carry + data).split(b"\n")
                 carry = lines[-1]
-                done = position - len(carry)
                 for raw in lines[:-1]:
+                    start += len(raw) + 1  # the id is the offset after this line: resume with ?offset=ID
                     if raw.strip():
-                        kind = orjson.loads(raw).get("type", "event")
-                        yield b"event: %s\nid: %d\ndata: %s\n\n" % (kind.encode(), done, raw)
+                        try:
+                            kind = str(orjson.loads(raw).get("type", "event"))
+                        except (orjson.JSONDecodeError, AttributeError):
+                            kind = "log"
+                        yield b"event: %s\nid: %d\ndata: %s\n\n" % (kind.encode(), start, raw)
                 if state in FINAL and not data:
                     row = await asyncio.to_thread(jobs.get, job_id)
                     yield b"event: end\ndata: %s\n\n" % orjson.dumps({"state": row["state"],
