@@ -58,4 +58,13 @@ def rss_mb() -> float:
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident memory: VmHWM (Linux; its own since exec), else ru_maxrss, which a child
+    inherits from its parent (a parent's large arrays would count in every run it starts)."""
+    try:
+        with open(f"/proc/{os.getpid()}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
