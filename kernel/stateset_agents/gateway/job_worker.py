@@ -34,43 +34,42 @@ def process_start(pid: int) -> str | None:
 
 
 def run_train(db: Database, job: dict[str, Any]) -> tuple[str, str]:
-    from ..core.registry import get_registry
-    from ..core.runtimes import load_component
+    from ..pipeline.training import resolve_trainer, run_training
     from ..plugin_api.jobs import STOP_FILE
 
     job_dir = Path(job["job_dir"])
     request = dict(job["request"]["train"])
-    spec = get_registry().require(request.pop("algorithm"), "trainer", "local", "a gateway training job")
-    events = open(job_dir / "events.jsonl", "ab")
+    spec = resolve_trainer(request.pop("algorithm"))
     last: dict[str, Any] = {}
     metrics: dict[str, Any] = {}
-    done = threading.Event()
-    with load_component(spec.full_name, runtime="inprocess") as trainer:
+
+    def on_stop_file(cancel):  # `POST .../stop` writes STOP_FILE: the trainer's cooperative stop
+        done = threading.Event()
+
         def watch_stop():
             while not done.wait(0.25):
                 if (job_dir / STOP_FILE).exists():
-                    trainer.cancel()
+                    cancel()
                     return
 
         threading.Thread(target=watch_stop, daemon=True).start()
-        stamp = 0.0
-        try:
-            for event in trainer.run(request):
-                last = event
-                events.write(dumps_line(event))
-                events.flush()
-                kind = event.get("type")
-                if kind == "progress":
-                    metrics.update(step=event.get("step"), total=event.get("total"))
-                elif kind == "metrics":
-                    metrics.update(step=event.get("step"), last=event.get("metrics"))
-                if kind in ("progress", "metrics") and time.monotonic() - stamp > 0.5:
-                    stamp = time.monotonic()
-                    db.execute("UPDATE jobs SET metrics = ?, updated_at = ? WHERE id = ?",
-                               (encode(metrics), time.time(), job["id"]))
-        finally:
-            done.set()
-            events.close()
+        return done.set
+
+    stamp = 0.0
+    with open(job_dir / "events.jsonl", "ab") as events:
+        for event in run_training(spec, request, bind_cancel=on_stop_file):
+            last = event
+            events.write(dumps_line(event))
+            events.flush()
+            kind = event.get("type")
+            if kind == "progress":
+                metrics.update(step=event.get("step"), total=event.get("total"))
+            elif kind == "metrics":
+                metrics.update(step=event.get("step"), last=event.get("metrics"))
+            if kind in ("progress", "metrics") and time.monotonic() - stamp > 0.5:
+                stamp = time.monotonic()
+                db.execute("UPDATE jobs SET metrics = ?, updated_at = ? WHERE id = ?",
+                           (encode(metrics), time.time(), job["id"]))
     db.execute("UPDATE jobs SET metrics = ? WHERE id = ?", (encode(metrics), job["id"]))
     if last.get("type") == "completed":
         return "succeeded", "completed"

@@ -71,30 +71,25 @@ class Jobs:
 
     # submission ---------------------------------------------------------------------------------------------
     def _train_request(self, body: dict[str, Any], job_dir: Path) -> dict[str, Any]:
-        from ..core.registry import get_registry
+        from ..pipeline.training import resolve_trainer, train_request
 
         unknown = set(body) - set(TRAIN_FIELDS) - {"kind"}
         if unknown:
             raise bad(f"unknown field {sorted(unknown)[0]!r} for a train job", sorted(unknown)[0])
         values = {k: field(body, k, kind) for k, kind in TRAIN_FIELDS.items()}
         field(body, "dataset", "string", required=True)
-        registry = get_registry()
-        algorithm = values["algorithm"] or registry.default("trainer", "local", face="train")
         try:
-            spec = registry.require(algorithm or "", "trainer", "local", "a gateway training job")
+            spec = resolve_trainer(values["algorithm"])
         except StatesetError as exc:  # an unknown trainer, or one that does not run here
             raise bad(str(exc), "algorithm") from None
         reward = values["reward"]
         if reward and not reward.startswith("reward:"):
             reward = f"reward:{reward}"
-        # the request `stateset-agents train` builds (cli/train_cmd.py), field for field
-        return {"algorithm": spec.name, "dataset": values["dataset"], "reward": reward,
-                "reward_config": values["reward_config"] or {}, "reward_runtime": "inprocess",
-                "base_model": values["base_model"], "eval_prompts": values["eval_prompts"],
-                "output": str(job_dir / "run"), "steps": values["steps"], "seed": values["seed"],
-                "save_every": values["save_every"], "config": values["config"] or {}, "resume": False,
-                "overwrite": False, "reload": False, "drop_overlap": False, "nproc": 1, "init_adapter": None,
-                "eval": {}}
+        # the request `stateset-agents train` builds (pipeline.training), with the job's own run directory
+        return {"algorithm": spec.name, **train_request(
+            dataset=values["dataset"], output=job_dir / "run", reward=reward, reward_config=values["reward_config"],
+            base_model=values["base_model"], eval_prompts=values["eval_prompts"], steps=values["steps"],
+            seed=values["seed"], save_every=values["save_every"], config=values["config"])}
 
     def _remote_plan(self, body: dict[str, Any], job_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         from ..remote import session
