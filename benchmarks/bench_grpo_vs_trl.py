@@ -33,8 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import bandwidth_share, peak_rss_mb  # noqa: E402  (a sibling module)
+from machine import bandwidth_share, peak_rss_mb  # a sibling module: this directory is sys.path[0]
 
 SETTINGS = {"prompts_per_step": 2, "num_generations": 4, "max_new_tokens": 16, "learning_rate": 2e-2, "beta": 0.04,
             "epsilon": 0.2, "loss_type": "grpo (sequence mean, then batch mean)", "temperature": 1.0,
@@ -381,8 +380,8 @@ def main() -> None:
     for key, r in rows.items():
         for name in ("ours", "trl"):
             s = r[name]
-            print(f"{key}: {name:4s} step {s['median_step_s'] * 1000:8.1f} ms wall / {s['median_step_cpu_s'] * 1000:8.1f}"
-                  f" ms CPU (generation {s['median_generation_s'] * 1000:7.1f} / update "
+            print(f"{key}: {name:4s} step {s['median_step_s'] * 1000:8.1f} ms wall / "
+                  f"{s['median_step_cpu_s'] * 1000:8.1f} ms CPU (generation {s['median_generation_s'] * 1000:7.1f} / update "
                   f"{s['median_update_s'] * 1000:7.1f}) {s['generated_tokens_per_step']:.0f} generated / "
                   f"{s['trained_tokens_per_step']:.0f} trained tokens per step, peak RSS {s['peak_rss_mb']:5.0f} MB, "
                   f"final reward {s['final_reward_mean']:.3f}")

@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import peak_rss_mb, rss_mb  # noqa: E402  (a sibling module)
+from machine import peak_rss_mb, rss_mb  # a sibling module: this directory is sys.path[0]
 
 TARGETS_MB = {"sft": 2048, "grpo": 1536}  # issue 19
 SFT_ROWS, SFT_PROMPT_TOKENS, SFT_COMPLETION = 4, 512, "Your order NW-10024 ships tomorrow; the new address is saved."

@@ -25,8 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import peak_rss_mb, rss_mb  # noqa: E402  (a sibling module)
+from machine import peak_rss_mb, rss_mb  # a sibling module: this directory is sys.path[0]
 
 SETTINGS = {"batch_size": 4, "learning_rate": 1e-4, "lora_r": 8, "lora_alpha": 16, "max_prompt_tokens": 512,
             "threads": 1, "gradient_checkpointing": False}

@@ -16,7 +16,8 @@ def apply_gradient_checkpointing(model, config) -> bool:
     if not getattr(base, "supports_gradient_checkpointing", False):
         from stateset_agents.core.errors import InputError
 
-        raise InputError(f"{type(base).__name__} does not support gradient checkpointing", field="gradient_checkpointing")
+        raise InputError(f"{type(base).__name__} does not support gradient checkpointing",
+                         field="gradient_checkpointing")
     # non-reentrant: the frozen embeddings' output needs no requires_grad for the LoRA weights to get gradients
     base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return True
