@@ -88,6 +88,22 @@ def test_changed_config_refuses_to_resume(make_trainer, tmp_path):
         make_trainer("grpo", out, steps=2, learning_rate=1e-2, resume=True)
 
 
+def test_a_checkpoint_from_before_a_config_field_existed_resumes_at_its_default(make_trainer, tmp_path):
+    """A field added since a checkpoint was written (absent from its state.json) counts as its default: a run of
+    the older release resumes; the same field set to anything else is refused."""
+    import json
+
+    out = tmp_path / "run"
+    make_trainer("grpo", out, steps=4, save_every=2).train()
+    latest = sorted((out / "checkpoints").iterdir())[-1]
+    state = json.loads((latest / "state.json").read_text())
+    del state["config"]["num_iterations"]  # as a checkpoint of the release before the field
+    (latest / "state.json").write_text(json.dumps(state))
+    assert make_trainer("grpo", out, steps=4, save_every=2, resume=True).engine.step == 4
+    with pytest.raises(InputError, match="num_iterations: checkpoint 1, now 2"):
+        make_trainer("grpo", out, steps=4, save_every=2, num_iterations=2, resume=True)
+
+
 def test_stop_then_resume_matches_an_uninterrupted_run(make_trainer, tmp_path):
     make_trainer("grpo", tmp_path / "full", steps=4).train()
     stop = threading.Event()

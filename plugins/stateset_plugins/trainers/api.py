@@ -191,6 +191,9 @@ class BaseTrainer:
         state = load_json(path / "state.json")
         saved = {k: state.get(k) for k in ("algorithm", "config", "dataset_sha256", "dataset_rows", "base_model",
                                            "init_adapter_sha256")}
+        if isinstance(saved["config"], dict):  # a field added since the checkpoint was written, at its default,
+            defaults = type(self.config)().to_dict()  # changes nothing: a run of the older release resumes
+            saved["config"] = {**{k: v for k, v in defaults.items() if k not in saved["config"]}, **saved["config"]}
         current = self._identity()
         if saved != current:
             lines = _differences(saved["config"] or {}, current["config"])
