@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 
-async def until(pilot, condition, timeout=90.0, what="condition"):
+async def until(pilot, condition, timeout=240.0, what="condition"):
     """Let the app run until `condition()` holds (workers and timers run meanwhile)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -96,7 +96,7 @@ async def _flow(ws, tmp_path):
         assert f"continues {run_id} from checkpoint {k}" in text(app, "#review-body")
         await pilot.press("ctrl+l")
         await until(pilot, lambda: (state.load_record(child["run_id"]) or {}).get("phase") == "collected",
-                    timeout=150, what="the child collected")
+                    timeout=300, what="the child collected")
         table = app.query_one("#watch-results")
         await until(pilot, lambda: table.row_count > 0, what="the results table")
         out = ws / "studio" / "runs" / child["run_id"]

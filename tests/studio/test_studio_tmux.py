@@ -31,7 +31,7 @@ def test_the_installed_command_under_tmux(workspace, tiny_config, tmp_path):
     def screen() -> str:
         return subprocess.run([*tmux, "capture-pane", "-p", "-t", "studio"], capture_output=True, text=True).stdout
 
-    def wait_for(pattern: str, timeout: float = 60.0) -> re.Match:
+    def wait_for(pattern: str, timeout: float = 120.0) -> re.Match:
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             found = re.search(pattern, screen())
@@ -52,11 +52,11 @@ def test_the_installed_command_under_tmux(workspace, tiny_config, tmp_path):
         wait_for(r"Configure")
         wait_for(r"improve/curated\.jsonl \(validation improve/validation\.jsonl\)")
         keys("C-r")
-        run_id = wait_for(r"plan (sa-[0-9a-f]+)", timeout=90).group(1)
+        run_id = wait_for(r"plan (sa-[0-9a-f]+)", timeout=180).group(1)
         wait_for(r"within the cap")
         keys("C-l")
         wait_for(rf"{run_id}: collected · {STEPS} of {STEPS} committed updates · validation:\s+improved \d+,\s+"
-                 r"regressed \d+", timeout=150)  # (the line wraps at 100 columns)
+                 r"regressed \d+", timeout=300)  # (the line wraps at 100 columns)
         keys("C-q")
         end = time.monotonic() + 20
         while time.monotonic() < end and subprocess.run([*tmux, "has-session", "-t", "studio"],
