@@ -126,6 +126,10 @@ class TrainConfig:
         """Optimizer steps one batch serves (sampling objectives: ``num_iterations x minibatches``)."""
         return 1
 
+    def reuse(self) -> tuple[int, int]:
+        """(passes over each batch, minibatches per pass): (1, 1) unless the objective samples its batches."""
+        return 1, 1
+
 
 @dataclass
 class PolicyConfig(TrainConfig):
@@ -197,6 +201,9 @@ class PolicyConfig(TrainConfig):
 
     def updates_per_batch(self) -> int:
         return self.num_iterations * self.minibatches
+
+    def reuse(self) -> tuple[int, int]:
+        return int(self.num_iterations), int(self.minibatches)
 
     def update_temperature(self) -> float:
         return self.temperature  # the policy that sampled, at the temperature it sampled with

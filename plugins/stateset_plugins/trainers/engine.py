@@ -501,7 +501,7 @@ def _plan(batch: Batch, config) -> list[tuple[int, int, tuple[int, int] | None]]
     """(iteration, minibatch, row span or None for the whole batch) of each optimizer step a batch serves, in
     order: every pass walks the same contiguous minibatches of whole groups (a group's rows stay together, so
     group-level ratios such as GEPO's see their whole group)."""
-    mu, parts = int(getattr(config, "num_iterations", 1)), int(getattr(config, "minibatches", 1))
+    mu, parts = config.reuse()
     if mu * parts == 1:
         return [(0, 0, None)]
     g = max(batch.group_size, 1)
