@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-from machine import bandwidth_share, peak_rss_mb  # a sibling module: this directory is sys.path[0]
+from machine import bandwidth_share, peak_rss_mb, run_timed  # a sibling module: this directory is sys.path[0]
 
 SETTINGS = {"prompts_per_step": 2, "num_generations": 4, "max_new_tokens": 16, "learning_rate": 2e-2, "beta": 0.04,
             "epsilon": 0.2, "loss_type": "grpo (sequence mean, then batch mean)", "temperature": 1.0,
@@ -147,7 +147,7 @@ def run_ours(model_dir: str, seed: int, steps: int, settings: dict) -> dict:
 def run_trl(model_dir: str, seed: int, steps: int, settings: dict) -> dict:
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     g = settings["num_generations"]
@@ -176,7 +176,6 @@ def run_trl(model_dir: str, seed: int, steps: int, settings: dict) -> dict:
                           train_dataset=data, processing_class=AutoTokenizer.from_pretrained(model_dir),
                           peft_config=lora)
     gen_events: list[tuple[int, float, float, int]] = []  # (step index, wall, CPU, completion tokens)
-    trained: list[int] = []
     rewards: list[float] = []
     inner = trainer._generate_and_score_completions  # rollout + scoring, timed as "generation" like ours
 
@@ -188,26 +187,9 @@ def run_trl(model_dir: str, seed: int, steps: int, settings: dict) -> dict:
         return out
 
     trainer._generate_and_score_completions = timed
-    loss = trainer.compute_loss
-
-    def counted(model, inputs, *a, **k):
-        trained.append(int(inputs["completion_mask"].sum()))
-        return loss(model, inputs, *a, **k)
-
-    trainer.compute_loss = counted
     step_times: list[float] = []
     step_cpu: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, *_a, **_k):
-            self.t0, self.c0 = time.perf_counter(), cpu()
-
-        def on_step_end(self, *_a, **_k):
-            step_times.append(time.perf_counter() - self.t0)
-            step_cpu.append(cpu() - self.c0)
-
-    trainer.add_callback(Clock())
-    trainer.train()
+    trained = run_timed(trainer, lambda inputs: inputs["completion_mask"].sum(), step_times, step_cpu)
     n = len(step_times)
     gen, gcpu, tokens = [0.0] * n, [0.0] * n, [0] * n
     for i, wall, c, tok in gen_events:

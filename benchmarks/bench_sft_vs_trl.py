@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-from machine import peak_rss_mb, rss_mb  # a sibling module: this directory is sys.path[0]
+from machine import peak_rss_mb, rss_mb, run_timed  # a sibling module: this directory is sys.path[0]
 
 SETTINGS = {"batch_size": 4, "learning_rate": 1e-4, "lora_r": 8, "lora_alpha": 16, "max_prompt_tokens": 512,
             "threads": 1, "gradient_checkpointing": False}
@@ -114,7 +114,7 @@ def tokenized(model_dir: str, data: str, settings: dict) -> list[dict]:
 def run_trl(model_dir: str, data: str, seed: int, steps: int, settings: dict) -> dict:
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
     args = SFTConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=settings["batch_size"],
@@ -130,27 +130,10 @@ def run_trl(model_dir: str, data: str, seed: int, steps: int, settings: dict) ->
     trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), args=args,
                          train_dataset=Dataset.from_list(tokenized(model_dir, data, settings)),
                          processing_class=AutoTokenizer.from_pretrained(model_dir), peft_config=lora)
-    trained: list[int] = []
-    loss = trainer.compute_loss
-
-    def counted(model, inputs, *a, **k):
-        trained.append(int((inputs["labels"] != -100).sum()))  # the completion tokens the loss covers
-        return loss(model, inputs, *a, **k)
-
-    trainer.compute_loss = counted
     step_times: list[float] = []
     step_cpu: list[float] = []
-
-    class Clock(TrainerCallback):
-        def on_step_begin(self, *_a, **_k):
-            self.t0, self.c0 = time.perf_counter(), cpu()
-
-        def on_step_end(self, *_a, **_k):
-            step_times.append(time.perf_counter() - self.t0)
-            step_cpu.append(cpu() - self.c0)
-
-    trainer.add_callback(Clock())
-    trainer.train()
+    # the completion tokens the loss covers
+    trained = run_timed(trainer, lambda inputs: (inputs["labels"] != -100).sum(), step_times, step_cpu)
     return {"step_time": step_times, "step_cpu": step_cpu, "trained_tokens": trained[:len(step_times)],
             "loss": [h["loss"] for h in trainer.state.log_history if "loss" in h]}
 

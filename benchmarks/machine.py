@@ -68,3 +68,29 @@ def peak_rss_mb() -> float:
     except OSError:
         pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_timed(trainer, trained_of, step_times: list, step_cpu: list) -> list[int]:
+    """Run a transformers Trainer, appending each optimizer step's wall and CPU seconds to the given lists (a
+    caller's own hooks may read them meanwhile); returns the tokens each loss call trained (`trained_of(inputs)`)."""
+    from transformers import TrainerCallback
+
+    trained: list[int] = []
+    loss = trainer.compute_loss
+
+    def counted(model, inputs, *a, **k):
+        trained.append(int(trained_of(inputs)))
+        return loss(model, inputs, *a, **k)
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, *_a, **_k):
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
+
+        def on_step_end(self, *_a, **_k):
+            step_times.append(time.perf_counter() - self.t0)
+            step_cpu.append(time.process_time() - self.c0)
+
+    trainer.compute_loss = counted
+    trainer.add_callback(Clock())
+    trainer.train()
+    return trained
