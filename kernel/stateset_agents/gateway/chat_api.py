@@ -2,8 +2,8 @@
 and the engine's events rendered as a completion or as SSE chunks (ending ``data: [DONE]``).
 
 Supported: ``messages`` (text or text parts, assistant ``tool_calls``, ``tool`` results), ``tools``,
-``tool_choice`` (``none`` leaves the tools out of the prompt; ``auto``, ``required`` and a named function render
-them; the model is not forced to call one), ``temperature``, ``top_p``, ``max_tokens`` /
+``tool_choice`` (``none`` leaves the tools out of the prompt; ``auto`` renders them; ``required`` and a named
+function also force a call: the reply starts with the call's opening markup, see the serving engine), ``temperature``, ``top_p``, ``max_tokens`` /
 ``max_completion_tokens``, ``stop``, ``seed``, ``n``, ``stream``, ``stream_options.include_usage``, ``metadata``
 (``conversation_id`` stitches the capture) and vLLM's ``ignore_eos``. Other fields are accepted and ignored, as
 the API ignores what a model does not support; ``logprobs`` is refused (not computed here).
@@ -91,18 +91,19 @@ def check_tools(tools: Any, where: str = "tools") -> list[dict[str, Any]]:
     return tools
 
 
-def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> str:
+def _tool_choice(value: Any, tools: list[dict[str, Any]]) -> tuple[str, str | None]:
+    """(the choice, the forced tool: "" for any, its name for a named one, None when the model is free)."""
     if value is None:
-        return "auto" if tools else "none"
+        return ("auto" if tools else "none"), None
     if value in ("none", "auto", "required"):
         if value == "required" and not tools:
             raise bad("tool_choice 'required' needs tools", "tool_choice")
-        return value
+        return value, ("" if value == "required" else None)
     if isinstance(value, dict) and value.get("type") == "function" and isinstance(value.get("function"), dict):
         name = value["function"].get("name")
         if not any((t.get("function") or {}).get("name") == name for t in tools):
             raise bad(f"tool_choice names {name!r}, which is not among the tools", "tool_choice")
-        return "function"
+        return "function", name
     raise bad("'tool_choice' must be 'none', 'auto', 'required' or {'type': 'function', 'function': {'name'}}",
               "tool_choice")
 
@@ -114,7 +115,7 @@ def parse(body: Any, limits: dict[str, int]) -> tuple[GenerationRequest, dict[st
     model = field(body, "model", "string", required=True)
     messages = check_messages(body.get("messages"))
     tools = check_tools(body.get("tools"))
-    choice = _tool_choice(body.get("tool_choice"), tools)
+    choice, force = _tool_choice(body.get("tool_choice"), tools)
     if body.get("logprobs"):
         raise bad("logprobs are not supported by this server", "logprobs")
     most = limits["max_new_tokens"]
@@ -133,7 +134,7 @@ def parse(body: Any, limits: dict[str, int]) -> tuple[GenerationRequest, dict[st
         temperature=number_in(body, "temperature", 0.0, 2.0, 1.0), top_p=number_in(body, "top_p", 0.0, 1.0, 1.0,
                                                                                    low_open=True),
         stop=stops(body.get("stop"), "stop"), seed=seed, n=n,
-        ignore_eos=field(body, "ignore_eos", "boolean", default=False))
+        ignore_eos=field(body, "ignore_eos", "boolean", default=False), force_tool=force)
     captured = {"model": model, "messages": messages}
     if tools:
         captured["tools"] = tools

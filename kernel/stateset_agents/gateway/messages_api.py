@@ -116,6 +116,21 @@ def parse_count(body: Any) -> tuple[str, list[dict[str, Any]], list[dict[str, An
     return model, to_chat_messages(body.get("system"), body.get("messages")), to_chat_tools(body.get("tools"))
 
 
+def _forced_tool(choice: dict[str, Any], tools: list[dict[str, Any]]) -> str | None:
+    """`any` forces some tool ("") and `tool` the named one; `auto`, `none` and no choice leave the model free."""
+    kind = choice.get("type")
+    if kind not in ("any", "tool"):
+        return None
+    if not tools:
+        raise bad(f"tool_choice {kind!r} needs tools", "tool_choice")
+    if kind == "any":
+        return ""
+    name = choice.get("name")
+    if not any(t["function"]["name"] == name for t in tools):
+        raise bad(f"tool_choice names {name!r}, which is not among the tools", "tool_choice.name")
+    return name
+
+
 def parse(body: Any, limits: dict[str, int]) -> tuple[GenerationRequest, dict[str, Any]]:
     model, messages, tools = parse_count(body)
     max_tokens = positive(body, "max_tokens", most=limits["max_new_tokens"])
@@ -124,6 +139,7 @@ def parse(body: Any, limits: dict[str, int]) -> tuple[GenerationRequest, dict[st
     choice = field(body, "tool_choice", "object", default={})
     if choice and choice.get("type") not in ("auto", "any", "tool", "none"):
         raise bad("'tool_choice.type' must be auto, any, tool or none", "tool_choice.type")
+    force = _forced_tool(choice, tools)
     metadata = field(body, "metadata", "object", default={})
     conversation = metadata.get("conversation_id")
     if conversation is not None and not isinstance(conversation, str):
@@ -133,7 +149,7 @@ def parse(body: Any, limits: dict[str, int]) -> tuple[GenerationRequest, dict[st
         model=model, messages=messages, tools=[] if choice.get("type") == "none" else tools, max_tokens=max_tokens,
         temperature=number_in(body, "temperature", 0.0, 1.0, 1.0),
         top_p=number_in(body, "top_p", 0.0, 1.0, 1.0, low_open=True),
-        stop=stops(body.get("stop_sequences"), "stop_sequences", most=8), seed=None, n=1)
+        stop=stops(body.get("stop_sequences"), "stop_sequences", most=8), seed=None, n=1, force_tool=force)
     captured: dict[str, Any] = {"model": model, "messages": messages}
     if tools:
         captured["tools"] = tools

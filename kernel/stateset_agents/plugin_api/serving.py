@@ -59,6 +59,9 @@ class GenerationRequest:
     seed: int | None = None
     n: int = 1
     ignore_eos: bool = False  # vLLM's extension: generate exactly max_tokens (benchmarks)
+    # tool_choice that forces a call: "" = some tool (OpenAI "required", Anthropic "any"), "NAME" = that tool;
+    # None leaves the model free. An engine forces it by starting the reply with the call's opening markup.
+    force_tool: str | None = None
 
 
 class Ticket(Protocol):

@@ -11,11 +11,15 @@ a CPU costs more per step than the batching saves; a drained batch switches in m
 Each row samples with its own temperature, top-p and generator (seeded from the request's ``seed`` and the choice
 index, so a seeded request repeats). Text is decoded as it grows; what is sent as a delta holds back anything
 that may still become tool-call markup or a stop sequence, and the finished text is parsed with the trainer's
-tool-call form (`models.chat_format.parse_assistant`).
+tool-call form (`models.chat_format.parse_assistant`). A request that forces a tool call (``force_tool``) has
+the call's opening markup appended to its prompt, as if the model had written it: `<tool_call>{"name": "` for any
+tool, and the name and `"arguments": ` too for a named one; the reply is that prefix plus what the model generates.
+The arguments are not grammar-constrained: a model that never closes the call leaves it in the content.
 """
 from __future__ import annotations
 
 import collections
+import json
 import os
 import threading
 import time
@@ -46,6 +50,7 @@ class _Job:
     adapter: str | None
     prompt: list[int]
     deadline: float
+    prefix: str  # the reply's forced start (tool_prefix), part of the prompt
     rows_left: int
     completion_tokens: int = 0
     cancelled: bool = False
@@ -62,6 +67,17 @@ class _Row:
     ids: list[int] = field(default_factory=list)
     emitted: str = ""
     last: int = 0  # the token to feed next
+
+
+def tool_prefix(request: GenerationRequest) -> str:
+    """The start a forced tool call gives the reply ("" when the model is free)."""
+    if request.force_tool is None:
+        return ""
+    if not request.tools:
+        raise InputError("a forced tool call needs tools", field="tool_choice")
+    if request.force_tool == "":
+        return TOOL_CALL_OPEN + '{"name": "'
+    return TOOL_CALL_OPEN + '{"name": ' + json.dumps(request.force_tool, ensure_ascii=False) + ', "arguments": '
 
 
 def _held_back(text: str, stops: Sequence[str]) -> str:
@@ -147,7 +163,8 @@ class LoraEngine:
     def submit(self, request: GenerationRequest, emit: Emit) -> _Job:
         if request.model != self.base_id and request.model not in self.adapters:
             raise InputError(f"the model {request.model!r} does not exist", field="model")
-        prompt = self._render(request.messages, request.tools)
+        prefix = tool_prefix(request)
+        prompt = self._render(request.messages, request.tools, prefix)
         limit = int(self.config["max_prompt_tokens"])
         if len(prompt) > limit:
             raise InputError(f"the prompt is {len(prompt)} tokens; this server's limit is {limit} "
@@ -159,7 +176,7 @@ class LoraEngine:
             raise InputError(f"the prompt ({len(prompt)} tokens) plus max_tokens ({request.max_tokens}) exceeds "
                              f"the model's context of {self.context} tokens", field="max_tokens")
         job = _Job(request, emit, None if request.model == self.base_id else request.model, prompt,
-                   time.monotonic() + float(self.config["generation_timeout_s"]), rows_left=request.n)
+                   time.monotonic() + float(self.config["generation_timeout_s"]), prefix, rows_left=request.n)
         with self._cond:
             if self._closed:
                 raise ServerBusy("the server is shutting down", retry_after=5)
@@ -180,10 +197,10 @@ class LoraEngine:
 
     # -- rendering ---------------------------------------------------------------------------------------------
 
-    def _render(self, messages, tools) -> list[int]:
+    def _render(self, messages, tools, prefix: str = "") -> list[int]:
         with self._tokenizer_lock:
             try:
-                text = self.renderer.text(messages, tools or None, generation_prompt=True)
+                text = self.renderer.text(messages, tools or None, generation_prompt=True) + prefix
             except InputError:
                 raise
             except Exception as exc:  # the template refused the conversation: the request's fault
@@ -369,8 +386,8 @@ class LoraEngine:
         return None, None
 
     def _text(self, row: _Row, stop: str | None = None) -> str:
-        text = self._decode(row.ids)
-        return text[:text.index(stop)] if stop else text
+        text = self._decode(row.ids)  # a stop sequence ends what was generated, never the forced prefix
+        return row.job.prefix + (text[:text.index(stop)] if stop else text)
 
     def _delta(self, row: _Row) -> None:
         shown = _held_back(self._text(row), row.job.request.stop)
