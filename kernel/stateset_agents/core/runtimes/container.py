@@ -339,6 +339,47 @@ def _stop_live() -> None:
         launch.discard()
 
 
+#: The non-root user every image creates (images/*/Dockerfile); used when the kernel itself runs as root.
+IMAGE_UID = 10001
+LIMITS_ENV = {"memory": "STATESET_CONTAINER_MEMORY", "cpus": "STATESET_CONTAINER_CPUS",
+              "pids": "STATESET_CONTAINER_PIDS"}
+
+
+def _limits(kind: str) -> dict[str, Any]:
+    """Memory (bytes), CPUs (nano) and process caps: trainers and evaluators load models, so they may use 90% of
+    this machine's memory and all its CPUs; other plugins 4 GiB and 2 CPUs. The STATESET_CONTAINER_* variables
+    override both."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    heavy = kind in ("trainer", "evaluator")
+    memory = int(total * 0.9) if heavy else min(4 << 30, int(total * 0.9))
+    cpus = float(os.cpu_count() or 1) if heavy else min(2.0, float(os.cpu_count() or 1))
+    pids = 4096 if heavy else 1024
+    try:
+        memory = int(os.environ.get(LIMITS_ENV["memory"]) or memory)
+        cpus = float(os.environ.get(LIMITS_ENV["cpus"]) or cpus)
+        pids = int(os.environ.get(LIMITS_ENV["pids"]) or pids)
+    except ValueError as exc:
+        raise InputError(f"a container limit ({', '.join(LIMITS_ENV.values())}) is not a number: {exc}") from None
+    return {"memory": memory, "nano_cpus": int(cpus * 1e9), "pids": pids}
+
+
+def _container_user(paths: "PathMap") -> str:
+    """The invoking user, so that what the plugin writes is theirs; never root. A kernel running as root runs the
+    plugin as the images' user in group 0, and makes each rw mount's top directory group-writable (root-owned
+    ones only; "/" and world-writable ones are left as they are): the plugin can create files there, and can
+    neither chown nor regain root (no capabilities, no-new-privileges)."""
+    if os.getuid() != 0:
+        return f"{os.getuid()}:{os.getgid()}"
+    for host, _inner, mode in paths.mounts:
+        try:
+            st = os.stat(host)
+        except OSError:
+            continue
+        if mode == "rw" and host != "/" and os.path.isdir(host) and st.st_gid == 0 and not st.st_mode & 0o002:
+            os.chmod(host, (st.st_mode & 0o7777) | 0o070)
+    return f"{IMAGE_UID}:0"
+
+
 class ContainerLaunch:
     """One container for one component: started, connected, and stopped and removed exactly once."""
 
@@ -371,11 +412,19 @@ class ContainerLaunch:
         return found[1]["id"]
 
     def options(self, token: str) -> dict[str, Any]:
-        """The container's settings (kept apart from `start` so they can be checked without a daemon)."""
+        """The container's settings (kept apart from `start` so they can be checked without a daemon): a
+        non-root user, every capability dropped, no privilege gain, a read-only root filesystem (only /tmp, a
+        tmpfs, is writable besides the rw mounts), the default bridge network (never the host's), and memory,
+        CPU and process limits (SECURITY.md, "Containers")."""
+        limits = _limits(self.spec.kind)
         opts: dict[str, Any] = dict(
             image=self.image, environment={wire.TOKEN_ENV: token, "HOME": "/tmp"},
-            user=f"{os.getuid()}:{os.getgid()}", ports={f"{PORT}/tcp": ("127.0.0.1", None)},
+            user=_container_user(self.paths), ports={f"{PORT}/tcp": ("127.0.0.1", None)},
             volumes=self.paths.volumes(), labels=_kernel_labels(self.run_id, self.spec.full_name),
+            privileged=False, cap_drop=["ALL"], security_opt=["no-new-privileges"], network_mode="bridge",
+            read_only=True, tmpfs={"/tmp": "rw,exec,nosuid,nodev,mode=1777"},
+            mem_limit=limits["memory"], memswap_limit=limits["memory"], nano_cpus=limits["nano_cpus"],
+            pids_limit=limits["pids"],
             # detach=False is what makes the SDK set StdinOnce: stdin closes when our attach socket does
             stdin_open=True, detach=False,
             name=f"stateset-{self.spec.kind}-{self.spec.name}-{secrets.token_hex(4)}")
