@@ -32,6 +32,7 @@ REJECTS = "rejects.jsonl"
 SUMMARY = "ingest_summary.json"
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz")
 REDACTION_LABELS = ("EMAIL", "PHONE", "CARD", "IBAN", "IP", "SSN")
+MAX_NESTING = 254  # the deepest JSON orjson writes
 
 #: Receives `{"path", "file_index", "files", "line", "read", "written", "duplicates", "rejected"}` now and then.
 ProgressFn = Callable[[dict[str, Any]], None]
@@ -111,6 +112,17 @@ class _Ingest:
         self.reasons[reject.reason] += 1
         tally.rejected += 1
 
+    def _reject_lines(self, where: Mapping[str, Any], reason: str, field: str | None, detail: str,
+                      tally: _Tally) -> None:
+        """Reject a whole conversation: one reject for each line it was made of (a stitched one has several), so
+        every line read is written, a duplicate, or a reject."""
+        lines = where.get("lines")
+        if not isinstance(lines, list) or not lines:
+            lines = [where["line"]]
+        for line in lines:
+            self._reject(Reject(path=where["path"], line=line if isinstance(line, int) else where["line"],
+                                reason=reason, field=field, detail=detail), tally)
+
     def conversation(self, conv: Mapping[str, Any], source: Source, tally: _Tally, who: str) -> None:
         messages = conv.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -131,15 +143,26 @@ class _Ingest:
         tally.read += lines_read
         tally.conversations += 1
         tools, metadata = conv.get("tools") or [], conv.get("metadata") or {}
-        content = hashlib.sha256(canonical_json({"messages": messages, "tools": tools, "metadata": metadata})).digest()
+        try:
+            content = hashlib.sha256(canonical_json({"messages": messages, "tools": tools,
+                                                     "metadata": metadata})).digest()
+        except TypeError as exc:  # orjson's JSONEncodeError
+            if "recursion" not in str(exc).lower():
+                raise PluginError(who, "ingest", f"yielded a conversation that is not JSON ({exc}) from "
+                                                 f"{source.path}, line {line}") from None
+            # Valid JSON nested deeper than any JSON output can be written (a line may nest 1024 levels,
+            # orjson writes 254): the line's fault, so its reject, not a failed run.
+            self._reject_lines(where, "too_deep", None, f"the conversation nests deeper than JSON output allows "
+                                                        f"({MAX_NESTING} levels)", tally)
+            return
         if not self.seen_content.add(content[:16]):
             tally.duplicates += 1
             return
         conv_id = str(conv.get("id") or "") or f"conv-{content[:8].hex()}"
         if not self.seen_ids.add(_id_digest(conv_id)):
-            self._reject(Reject(path=source.path, line=line, reason="duplicate_id", field="id",
-                                detail=f"id {conv_id!r} was already used by a different conversation earlier in "
-                                       "the input; ids must be unique"), tally)
+            self._reject_lines(where, "duplicate_id", "id", f"id {conv_id!r} was already used by a different "
+                                                            "conversation earlier in the input; ids must be unique",
+                               tally)
             return
         row = {"id": conv_id, "source": where, "messages": messages, "tools": tools, "metadata": metadata}
         if not row.keys() >= conv.keys():

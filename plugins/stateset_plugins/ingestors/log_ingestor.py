@@ -41,14 +41,20 @@ class LogIngestor(Ingestor):
             yield from stitcher.expire(line)
             try:
                 parsed = self.parse_line(orjson.loads(raw))
+                # `add` digests the call before it changes anything, so a call too deep to digest leaves no trace.
+                stitched = list(stitcher.add(parsed, line)) if isinstance(parsed, Call) else None
             except orjson.JSONDecodeError as exc:
                 yield Reject(path=source.path, line=line, reason="invalid_json", detail=f"invalid JSON: {exc}")
                 continue
             except LineError as exc:
                 yield exc.reject(source.path, line)
                 continue
-            if isinstance(parsed, Call):
-                yield from stitcher.add(parsed, line)
+            except orjson.JSONEncodeError:  # JSON nested deeper than orjson writes (254 levels; it reads 1024)
+                yield Reject(path=source.path, line=line, reason="too_deep",
+                             detail="the line nests deeper than JSON output allows (254 levels)")
+                continue
+            if stitched is not None:
+                yield from stitched
             else:
                 yield parsed.conversation(source.path, source.sha256, line)
         yield from stitcher.finish()

@@ -51,12 +51,12 @@ class _Conversation:
     calls: list[dict[str, Any]] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
 
-    def extend(self, call: Call, request_digests: list[bytes], line: int) -> None:
+    def extend(self, call: Call, state: bytes, tool_keys: list[bytes], line: int) -> None:
         self.messages = [*call.request, call.reply]
-        self.state = prefix_digests([call.reply], request_digests[-1])[0]
-        for tool in call.tools:
+        self.state = state
+        for key, tool in zip(tool_keys, call.tools):
             # The union of the schemas every call declared; a later definition of the same tool wins.
-            self.tools[canonical_json(_tool_name(tool))] = tool
+            self.tools[key] = tool
         self.metadata.update(call.metadata)
         self.calls.append(call.record)
         self.lines.append(line)
@@ -88,7 +88,10 @@ class Stitcher:
         self._count = 0
 
     def add(self, call: Call, line: int) -> Iterator[Reject]:
-        digests = prefix_digests(call.request)
+        # Everything that can fail (a digest of JSON nested too deep to serialise) first, before any state changes.
+        digests = prefix_digests([*call.request, call.reply])
+        state, digests = digests[-1], digests[:-1]
+        tool_keys = [canonical_json(_tool_name(tool)) for tool in call.tools]
         if call.key is not None:
             conv = self._open.get(self._by_key.get(call.key, -1))
             if conv is not None and not _continues(conv, digests):
@@ -102,7 +105,7 @@ class Stitcher:
             conv = self._start(call)
         elif call.key is None:
             self._unindex(conv)
-        conv.extend(call, digests, line)
+        conv.extend(call, state, tool_keys, line)
         self._open.move_to_end(conv.number)
         if call.key is None:
             self._by_state.setdefault(conv.state, []).append(conv.number)
