@@ -109,21 +109,34 @@ def _find(items: Any, **match: Any) -> Any:
     return UNKNOWN
 
 
+_END = object()
+
+
+def _walk(value: Any, containers: tuple[type, ...], children: Callable[[Any], Any]) -> list[Any]:
+    """The non-container values under `value`, depth first, in order. A loop, not recursion: a call's arguments
+    come from the log and may nest deeper than Python's recursion limit."""
+    out: list[Any] = []
+    stack = [iter((value,))]
+    while stack:
+        item = next(stack[-1], _END)
+        if item is _END:
+            stack.pop()
+        elif isinstance(item, containers):
+            stack.append(iter(children(item)))
+        elif item is not None and item is not UNKNOWN:
+            out.append(item)
+    return out
+
+
 def flatten(value: Any) -> list[Any]:
     """Nested lists made flat: [[a, b], [c]] -> [a, b, c]; a single non-list value -> [value]."""
-    if isinstance(value, list):
-        return [leaf for item in value for leaf in flatten(item)]
-    return [] if value is None or value is UNKNOWN else [value]
+    return _walk(value, (list,), iter)
 
 
 def leaves(value: Any) -> list[Any]:
     """The scalar values at any depth of nested mappings and lists, in order: a call's arguments as the values it
     passes (`leaves({'id': 'R1', 'legs': [{'n': 'F1'}]})` -> ['R1', 'F1'])."""
-    if isinstance(value, Mapping):
-        return [leaf for item in value.values() for leaf in leaves(item)]
-    if isinstance(value, (list, tuple)):
-        return [leaf for item in value for leaf in leaves(item)]
-    return [] if value is None or value is UNKNOWN else [value]
+    return _walk(value, (Mapping, list, tuple), lambda v: v.values() if isinstance(v, Mapping) else iter(v))
 
 
 _PATTERNS: dict[str, re.Pattern] = {}  # the policy's regular expressions, compiled once
@@ -245,6 +258,19 @@ _ARITHMETIC: dict[type, Callable[[Any, Any], Any]] = {
 }
 
 
+MAX_EXPRESSION_DEPTH = 100  # syntax-tree levels; real policies use under 15
+
+
+def _depth(tree: ast.AST) -> int:
+    """The syntax tree's depth, found without recursion."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 class Expression:
     """A checked policy expression, compiled once into nested Python closures (`run(evaluator)`), so judging a turn
     walks no syntax tree: each node became a small function of the evaluator's name and function lookups."""
@@ -263,6 +289,12 @@ def compile_expression(source: str, where: str) -> Expression:
         tree = ast.parse("(" + str(source).strip() + "\n)", mode="eval")
     except SyntaxError as exc:
         raise InputError(f"policy expression in {where} does not parse: {exc.msg}: {source!r}", field=where)
+    except (RecursionError, MemoryError):  # the parser's own limit on nesting (`not not ... x`, `1+1+...`)
+        raise InputError(f"policy expression in {where} is nested too deeply to parse", field=where) from None
+    if _depth(tree) > MAX_EXPRESSION_DEPTH:
+        # Compiling and evaluating recurse once a level: refuse here what would exhaust the stack there.
+        raise InputError(f"policy expression in {where} nests more than {MAX_EXPRESSION_DEPTH} levels deep",
+                         field=where)
     allowed = (ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare,
                ast.BinOp, ast.Name, ast.Load, ast.Attribute, ast.Subscript, ast.Constant, ast.List, ast.Tuple,
                ast.Call, ast.keyword, ast.IfExp, ast.GeneratorExp, ast.ListComp, ast.comprehension, ast.Store,
@@ -374,7 +406,12 @@ def _unary(node: ast.UnaryOp) -> Callable[[Evaluator], Any]:
         value = operand(ev)
         if value is UNKNOWN:
             return UNKNOWN
-        return (not value) if negate else -value
+        if negate:
+            return not value
+        try:
+            return -value
+        except TypeError:  # minus a text or a list: the facts do not settle it
+            return UNKNOWN
     return run
 
 
@@ -405,11 +442,25 @@ def _binary(node: ast.BinOp) -> Callable[[Evaluator], Any]:
         left, right = left_node(ev), right_node(ev)
         if not _known(left, right):
             return UNKNOWN
+        if operation is operator.mul and _too_long(left, right):
+            return UNKNOWN
         try:
             return operation(left, right)
-        except (TypeError, ZeroDivisionError):
+        except (TypeError, ZeroDivisionError, OverflowError):
             return UNKNOWN
     return run
+
+
+_MAX_REPEAT = 1 << 20  # items a repetition (`'-' * n`, `[x] * n`) may make
+
+
+def _too_long(left: Any, right: Any) -> bool:
+    """Would `left * right` repeat a text or a list past `_MAX_REPEAT` items? A count read from a log
+    (`'x' * args.n`) must not make the reward allocate gigabytes."""
+    for seq, count in ((left, right), (right, left)):
+        if isinstance(seq, (str, list, tuple)) and isinstance(count, int):
+            return len(seq) * count > _MAX_REPEAT
+    return False
 
 
 def _if_expression(node: ast.IfExp) -> Callable[[Evaluator], Any]:
@@ -486,7 +537,10 @@ def _field(container: Any, key: Any) -> Any:
     if container is UNKNOWN or container is None or key is UNKNOWN:
         return UNKNOWN
     if type(container) is dict or isinstance(container, Mapping):  # `type` first: abc checks are slow
-        return container.get(key, UNKNOWN)
+        try:
+            return container.get(key, UNKNOWN)
+        except TypeError:  # a list or mapping as the key: no field has it
+            return UNKNOWN
     if isinstance(container, list) and isinstance(key, int) and -len(container) <= key < len(container):
         return container[key]
     return UNKNOWN
@@ -509,7 +563,8 @@ def load_policy(policy: Any) -> dict[str, Any]:
     rules = policy.get("rules")
     if not isinstance(rules, list) or not rules:
         raise InputError("the policy has no rules: add a non-empty `rules:` list", field="policy.rules")
-    tools = policy.get("tools") or {}
+    tools = _section(policy, "tools")
+    words, facts = _section(policy, "words"), _section(policy, "facts")
     scoring = policy.get("scoring", "kept_share")
     if scoring not in SCORINGS:
         raise InputError(f"policy `scoring` must be one of {', '.join(SCORINGS)}", field="policy.scoring")
@@ -521,42 +576,86 @@ def load_policy(policy: Any) -> dict[str, Any]:
         "name": str(policy.get("name", "policy")),
         "scoring": scoring,
         "breach_factor": float(breach_factor),
-        "constants": dict(policy.get("constants") or {}),
-        "writes": set(_as_list(tools.get("writes"))),
-        "handoffs": set(_as_list(tools.get("handoffs"))),
-        "words": {k: tuple(_as_list(v)) for k, v in (policy.get("words") or {}).items()},
+        "constants": dict(_section(policy, "constants")),
+        "writes": _names(tools.get("writes"), "policy.tools.writes"),
+        "handoffs": _names(tools.get("handoffs"), "policy.tools.handoffs"),
+        "words": {k: _phrases(v, f"policy.words.{k}") for k, v in words.items()},
         "facts": {},
         "rules": [],
     }
-    for fact_name, source in (policy.get("facts") or {}).items():
-        compiled["facts"][fact_name] = compile_expression(source, f"facts.{fact_name}")
+    for fact_name, source in facts.items():
+        compiled["facts"][fact_name] = compile_expression(_source(source, f"facts.{fact_name}"),
+                                                          f"facts.{fact_name}")
     seen = set()
     for position, rule in enumerate(rules):
         where = f"rules[{position}]"
         if not isinstance(rule, Mapping) or not rule.get("id") or rule.get("require") in (None, ""):
             raise InputError(f"{where} needs at least `id` and `require`", field=where)
+        if not isinstance(rule["id"], (str, int)) or isinstance(rule["id"], bool):
+            raise InputError(f"{where}.id must be a name (text), got {type(rule['id']).__name__}", field=where)
         if rule["id"] in seen:
             raise InputError(f"rule id {rule['id']!r} appears twice", field=where)
         seen.add(rule["id"])
         if_unknown = rule.get("if_unknown", "skip")
-        if True in rule:  # YAML 1.1 reads a bare `on:` key as the boolean true
+        if any(key is True for key in rule):  # YAML 1.1 reads a bare `on:` key as the boolean true
             raise InputError(f"{where} has an `on:` key, which YAML reads as true: write `decision:`", field=where)
-        if if_unknown not in ("skip", "kept", "broken"):
+        if not isinstance(if_unknown, str) or if_unknown not in ("skip", "kept", "broken"):
             raise InputError(f"{where}.if_unknown must be skip, kept or broken", field=where)
         counts = rule.get("counts", "always")
-        if counts not in ("always", "when_broken"):
+        if not isinstance(counts, str) or counts not in ("always", "when_broken"):
             raise InputError(f"{where}.counts must be always or when_broken", field=where)
         compiled["rules"].append({
             "id": str(rule["id"]),
             "says": str(rule.get("says", "")),
             "decision": _parse_trigger(rule.get("decision", "turn"), where),
-            "when": compile_expression(rule["when"], f"{where}.when") if rule.get("when") else None,
-            "require": compile_expression(rule["require"], f"{where}.require"),
+            "when": (compile_expression(_source(rule["when"], f"{where}.when"), f"{where}.when")
+                     if rule.get("when") else None),
+            "require": compile_expression(_source(rule["require"], f"{where}.require"), f"{where}.require"),
             "if_unknown": if_unknown,
             "counts": counts,
-            "weight": float(rule.get("weight", 1.0)),
+            "weight": _weight(rule.get("weight", 1.0), f"{where}.weight"),
         })
     return compiled
+
+
+def _section(policy: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """A top-level mapping of the policy (`tools`, `words`, `facts`, `constants`); absent or empty is {}."""
+    value = policy.get(key)
+    if value is None or value == [] or value == "":
+        return {}
+    if not isinstance(value, Mapping):
+        raise InputError(f"policy `{key}` must be a mapping, got {type(value).__name__}", field=f"policy.{key}")
+    return value
+
+
+def _scalar_list(value: Any, field: str, what: str) -> list[Any]:
+    items = _as_list(value)
+    for item in items:
+        if not isinstance(item, (str, int, float)) or isinstance(item, bool):
+            raise InputError(f"{field} must be {what}, got {type(item).__name__} {item!r}"[:300], field=field)
+    return items
+
+
+def _names(value: Any, field: str) -> set[Any]:
+    """Tool names: one name or a list of them."""
+    return set(_scalar_list(value, field, "a tool name or a list of them"))
+
+
+def _phrases(value: Any, field: str) -> tuple[str, ...]:
+    return tuple(str(v) for v in _scalar_list(value, field, "a phrase or a list of phrases"))
+
+
+def _source(value: Any, where: str) -> str:
+    """An expression's text; a YAML scalar (`require: true`, `when: 3`) is the expression it spells."""
+    if isinstance(value, (Mapping, list)):
+        raise InputError(f"policy expression in {where} must be text, got {type(value).__name__}", field=where)
+    return str(value)
+
+
+def _weight(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise InputError(f"{field} must be a number, at least 0, got {value!r}"[:300], field=field)
+    return float(value)
 
 
 def _parse_trigger(on: Any, where: str) -> dict[str, Any]:
@@ -567,7 +666,11 @@ def _parse_trigger(on: Any, where: str) -> dict[str, Any]:
                              field=where)
         return {"kind": on}
     if isinstance(on, Mapping) and "call" in on:
-        return {"kind": "call", "tools": set(_as_list(on["call"]))}
+        return {"kind": "call", "tools": _names(on["call"], f"{where}.decision.call")}
     if isinstance(on, Mapping) and "refusal" in on:
-        return {"kind": "refusal", "mentions": tuple(_as_list((on["refusal"] or {}).get("mentions")))}
+        refusal = on["refusal"] or {}
+        if not isinstance(refusal, Mapping):
+            raise InputError(f"{where}.decision.refusal must be a mapping ({{mentions: [...]}}) or empty",
+                             field=where)
+        return {"kind": "refusal", "mentions": _phrases(refusal.get("mentions"), f"{where}.decision.refusal")}
     raise InputError(f"{where}.decision is not one the policy language knows: {on!r}", field=where)
