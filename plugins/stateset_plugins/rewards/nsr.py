@@ -22,7 +22,8 @@ from stateset_agents.plugin_api.text import message_text
 from ._text import (affirmed, has_phrase, is_error_data, is_error_result, parse_arguments, parse_json_maybe, phrases,
                     tool_calls, tool_result_index, word_tokens)
 from ._tools import declared_tools
-from .policy_language import UNKNOWN, Evaluator, fits_schema, flatten, load_policy, matches, pattern
+from .policy_language import UNKNOWN, Evaluator, fits_schema, flatten, matches, pattern
+from .policy_loading import load_policy
 
 
 class NSRReward(Reward):
