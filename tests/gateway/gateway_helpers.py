@@ -38,8 +38,8 @@ def teach(model_dir, output, examples, steps: int = 1000):
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     renderer = ChatRenderer(tokenizer, 2048)
     rows = []
-    for messages, tools, text in examples:
-        prompt = renderer.prompt_ids(messages, tools or None)
+    for messages, tools, text, *forced in examples:  # forced: a reply start appended to the prompt (tool_choice)
+        prompt = renderer.encode(renderer.text(messages, tools or None, generation_prompt=True) + "".join(forced))
         target = renderer.encode(text) + [tokenizer.eos_token_id]
         rows.append((torch.tensor([prompt + target]), torch.tensor([[-100] * len(prompt) + target])))
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
