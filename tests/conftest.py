@@ -11,7 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Subprocess-served plugins inherit these, so test-only components load there too: the registry imports the
 # module by its dotted name, here through pytest's `pythonpath` (the repo root), in a child through PYTHONPATH.
-os.environ["STATESET_AGENTS_PLUGIN_MODULES"] = "tests.support_plugins.stateset_test_plugins"
+os.environ["STATESET_AGENTS_PLUGIN_MODULES"] = ("tests.support_plugins.stateset_test_plugins,"
+                                              "tests.support_plugins.stateset_fault_plugins")
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 os.environ.setdefault("STATESET_PLUGIN_QUIET", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

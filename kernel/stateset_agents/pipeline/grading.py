@@ -206,10 +206,15 @@ class Curation:
             after_batch: Callable[[], None] | None = None) -> None:
         # An out-of-process reward pipelines batches (its grading overlaps our parsing and writing) through
         # grade_many.
-        for rows in grader.grade_many(self.batches(lines, shown), screened=True):
-            self.take(rows)
-            if after_batch:
-                after_batch()
+        try:
+            for rows in grader.grade_many(self.batches(lines, shown), screened=True):
+                self.take(rows)
+                if after_batch:
+                    after_batch()
+        except (StatesetError, OSError):
+            raise  # the input's fault, the plugin's (already named), or the disk's
+        except Exception as exc:  # noqa: BLE001 - an in-process reward raised, or its rows cannot be written
+            raise PluginError(self.who, "grade", f"{type(exc).__name__}: {exc}") from exc
 
     def batches(self, lines: Iterable[tuple[int, bytes, Any]], shown: str) -> Iterator[list[GradeItem]]:
         c, fraction, send_raw, batch_size = self.c, self.fraction, self.send_raw, self.batch_size

@@ -97,6 +97,11 @@ class Connection:
         finally:
             rpc.cancel()  # a no-op after normal completion; stops the server work if we stop early
 
+    def kill(self) -> None:
+        """End a plugin process we own at once (it is hung: a graceful shutdown would wait on it)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+
     def metadata_info(self) -> plugin_pb2.Metadata:
         return self.unary("Plugin.GetMetadata", self.plugin.GetMetadata, plugin_pb2.GetMetadataRequest(),
                           timeout=30)
@@ -242,6 +247,35 @@ def _jsonl_line(item: GradeItem) -> bytes:
     return orjson.dumps(item.conversation, option=orjson.OPT_APPEND_NEWLINE)
 
 
+class _ReplyWatch:
+    """Cancels a stream whose next reply takes longer than `deadline`, so that a hung plugin fails the call. One
+    thread for the stream: waiting for a reply only sets a time, which costs nothing per batch."""
+
+    def __init__(self, call, deadline: float):
+        self.call, self.deadline, self.expired = call, deadline, False
+        self._since: float | None = None
+        self._stopped = threading.Event()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def next(self):
+        self._since = time.monotonic()
+        try:
+            return next(self.call)
+        finally:
+            self._since = None
+
+    def _watch(self) -> None:
+        while not self._stopped.wait(min(1.0, self.deadline / 4)):
+            since = self._since
+            if since is not None and time.monotonic() - since > self.deadline:
+                self.expired = True
+                self.call.cancel()
+                return
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+
 class RemoteReward(_RemoteMixin, Reward):
     config_schema = None  # validated by the server-side component
 
@@ -292,6 +326,7 @@ class RemoteReward(_RemoteMixin, Reward):
         who, name = self.full_name, "Reward.GradeStream"
         pending: deque[list[GradeItem]] = deque()
         finished = False
+        watch = _ReplyWatch(call, wire.UNARY_DEADLINE_SECONDS)  # each batch's reply has a unary call's deadline
         try:
             for i, batch in enumerate(batches):
                 batch = list(batch)
@@ -299,16 +334,21 @@ class RemoteReward(_RemoteMixin, Reward):
                 time.sleep(0)  # hand the GIL to gRPC's sending thread now, not when we next block (~2x less waiting)
                 pending.append(batch)
                 if len(pending) >= in_flight:
-                    yield _rows(next(call), who, name, pending.popleft())
+                    yield _rows(watch.next(), who, name, pending.popleft())
             outbox.put(end)
             while pending:
-                yield _rows(next(call), who, name, pending.popleft())
+                yield _rows(watch.next(), who, name, pending.popleft())
             finished = True
         except grpc.RpcError as exc:
+            if watch.expired:
+                self.conn.kill()  # a hung plugin is not asked to shut down: it would not
+                raise PluginError(who, name, f"no answer to a batch within {watch.deadline:g}s; the plugin is "
+                                             "hung") from None
             raise self.conn.explain(name, exc) from None
         except StopIteration:
             raise PluginError(who, name, f"the stream ended with {len(pending)} batches unanswered") from None
         finally:
+            watch.stop()
             outbox.put(end)
             if not finished:  # stop the plugin's work; a finished stream closes by itself
                 call.cancel()
