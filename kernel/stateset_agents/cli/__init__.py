@@ -34,7 +34,30 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except OSError as exc:
+        if exc.filename is None and exc.errno not in _DISK_ERRORS:
+            raise  # not a file's failure: a bug, whose trace is wanted
+        err_console.print(f"[bold red]error:[/] {_os_error(exc)}", highlight=False, soft_wrap=True)
+        return 1
     return 0
+
+
+def _disk_errors() -> frozenset[int]:
+    import errno
+
+    return frozenset(getattr(errno, name) for name in ("ENOSPC", "EFBIG", "EDQUOT", "EROFS") if hasattr(errno, name))
+
+
+_DISK_ERRORS = _disk_errors()
+
+
+def _os_error(exc: OSError) -> str:
+    """One line for a file the command could not write or read: which file, and the system's reason."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is None:
+        return f"{reason} (the file was not named)"
+    verb = "cannot write" if exc.errno in _DISK_ERRORS else "cannot use"
+    return f"{verb} {exc.filename}: {reason}"
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import contextlib
 import gc
 import gzip
 import hashlib
+import io
 import os
 import tempfile
 from pathlib import Path
@@ -127,19 +128,97 @@ def load_mapping(path: str | os.PathLike, *, what: str = "the config", empty: bo
     return data
 
 
+class _NamedErrors:
+    """An output file whose write errors (a full disk, a file-size limit) name the file written: the OSError of a
+    write(2) carries no name, and a run writing several outputs at once must say which one failed."""
+
+    shown: str = ""
+
+    def write(self, data):
+        try:
+            return super().write(data)
+        except OSError as exc:
+            raise _named(exc, self.shown)
+
+    def flush(self):
+        try:
+            return super().flush()
+        except OSError as exc:
+            raise _named(exc, self.shown)
+
+
+class _Writer(_NamedErrors, io.BufferedWriter):
+    pass
+
+
+class _RandomWriter(_NamedErrors, io.BufferedRandom):  # an output read back before it is renamed ("w+b")
+    pass
+
+
+def _named(exc: OSError, path: str) -> OSError:
+    if exc.filename is None:
+        exc.filename = path
+    return exc
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def _remove_dead_temps(path: Path) -> None:
+    """Remove the temp files that killed writers of `path` left beside it (`.NAME.PID.XXXX.tmp`, PID no longer
+    running), so a kill -9 leaves no temp file behind once the output is written again. A live writer's file is
+    kept."""
+    prefix = _temp_prefix(path)
+    try:
+        entries = [e for e in os.scandir(path.parent) if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name[len(prefix):].split(".", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(entry.path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process: alive
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
-    """Write to a temp file beside `path`, fsync, and rename over it only if the block succeeds."""
+    """Write to a temp file beside `path`, fsync, and rename over it only if the block succeeds. A write that
+    fails (ENOSPC, EFBIG) raises OSError naming `path`; the old file, if any, is untouched."""
+    if mode not in ("wb", "w", "w+b"):
+        raise ValueError(f"atomic_write: unsupported mode {mode!r}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    shown = str(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_dead_temps(path)
+        fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _named(exc, shown)
     try:
         # A large buffer: JSONL outputs are written a row at a time, and each flush of the default 8 KiB is a
         # system call.
-        with os.fdopen(fd, mode, buffering=_BUFFER) as f:
+        raw = io.FileIO(fd, "w+" if mode == "w+b" else "w")
+        buffered = (_RandomWriter if mode == "w+b" else _Writer)(raw, buffer_size=_BUFFER)
+        buffered.shown = shown
+        with (io.TextIOWrapper(buffered, encoding="utf-8") if mode == "w" else buffered) as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            try:
+                os.fsync(f.fileno())
+            except OSError as exc:
+                raise _named(exc, shown)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

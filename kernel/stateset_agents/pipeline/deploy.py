@@ -72,6 +72,7 @@ def deploy(run: str | Path, registry: str | Path, *, name: str | None = None, fo
         raise InputError("the registry already holds an entry of that name; choose another --name",
                          path=str(final))
     registry.mkdir(parents=True, exist_ok=True)
+    _remove_dead_entries(registry, name)
     tmp = registry / f".{name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -96,3 +97,19 @@ def deploy(run: str | Path, registry: str | Path, *, name: str | None = None, fo
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return {**entry, "path": str(final)}
+
+
+def _remove_dead_entries(registry: Path, name: str) -> None:
+    """A deploy killed mid-copy leaves its hidden `.NAME.tmp-PID` folder; the next deploy of NAME removes those
+    whose process is gone (a live one is another deploy's, still copying)."""
+    for tmp in registry.glob(f".{name}.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[1]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:
+            pass  # another user's process: alive
+
