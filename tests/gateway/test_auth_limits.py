@@ -62,9 +62,16 @@ def test_an_infer_key_cannot_use_admin_routes_nor_read_another_owners_capture(se
 
 
 def test_keys_create_prints_the_key_once_and_stores_only_its_hash(served, capsys):
+    import hashlib
+    import sqlite3
+
     key = make_key(capsys, served.registry, "carol", "infer")
-    stored = (served.registry / ".keys.json").read_text()
-    assert key.startswith("ssa_") and key not in stored and "carol" in stored
+    database = served.registry / ".gateway.sqlite3"
+    with sqlite3.connect(database) as conn:
+        rows = conn.execute("SELECT * FROM api_keys WHERE owner = 'carol'").fetchall()
+    assert key.startswith("ssa_") and len(rows) == 1 and hashlib.sha256(key.encode()).hexdigest() in rows[0]
+    assert all(key not in str(value) for value in rows[0])
+    assert key.encode() not in database.read_bytes() and (database.stat().st_mode & 0o077) == 0
     # the running server reads the changed file: the new key works at once
     assert httpx.get(served.url + "/v1/models", headers={"x-api-key": key}).status_code == 200
 

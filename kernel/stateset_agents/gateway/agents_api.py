@@ -21,6 +21,7 @@ from ..core.errors import InputError, StatesetError
 from . import chat_api
 from .db import Database, encode, where
 from .errors import ApiError, bad, field
+from .paths import Confined
 
 PREFIX = "agent:"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -52,8 +53,10 @@ def _reward(value: Any) -> dict[str, Any] | None:
     return {"name": name if name.startswith("reward:") else f"reward:{name}", "config": config}
 
 
-def check_agent(body: Any, models: set[str], *, partial: bool = False) -> dict[str, Any]:
-    """The agent's fields from a create (or, `partial`, an update) body, each checked."""
+def check_agent(body: Any, models: set[str], *, partial: bool = False, confined: Confined | None = None
+                ) -> dict[str, Any]:
+    """The agent's fields from a create (or, `partial`, an update) body, each checked; a path in the reward's
+    config must lie inside the server's roots (`confined`)."""
     if not isinstance(body, dict):
         raise bad("the body must be a JSON object")
     out: dict[str, Any] = {}
@@ -79,6 +82,8 @@ def check_agent(body: Any, models: set[str], *, partial: bool = False) -> dict[s
         out["tools"] = chat_api.check_tools(body.get("tools"))
     if not partial or "reward" in body:
         out["reward"] = _reward(body.get("reward"))
+        if out["reward"] is not None:
+            (confined or Confined()).scan(out["reward"]["config"], "reward.config")
     return out
 
 
@@ -151,7 +156,7 @@ def resolve(db: Database, key, gen, captured: dict[str, Any]) -> dict[str, Any] 
 
 
 def register(app: FastAPI, db: Database, authorize: Callable, json_body: Callable, models: Callable[[], set[str]],
-             scorer: Scorer) -> None:
+             scorer: Scorer, confined: Confined | None = None) -> None:
     def visible(key, agent_id: str) -> dict[str, Any]:
         row = db.one("SELECT * FROM agents WHERE id = ?", (agent_id,))
         if row is None or (not key.admin and row["owner"] != key.owner):
@@ -161,7 +166,7 @@ def register(app: FastAPI, db: Database, authorize: Callable, json_body: Callabl
     @app.post("/agents", status_code=201, openapi_extra=AGENT_SCHEMA)
     async def create_agent(request: Request):
         key = authorize(request, scope="infer")
-        agent = check_agent(await json_body(request), models())
+        agent = check_agent(await json_body(request), models(), confined=confined)
         now = time.time()
         row = {"id": f"agt_{secrets.token_hex(8)}", "owner": key.owner, **agent, "created_at": now,
                "updated_at": now}
@@ -191,7 +196,7 @@ def register(app: FastAPI, db: Database, authorize: Callable, json_body: Callabl
     async def update_agent(request: Request, agent_id: str):
         key = authorize(request, scope="infer")
         row = visible(key, agent_id)
-        changes = check_agent(await json_body(request), models(), partial=True)
+        changes = check_agent(await json_body(request), models(), partial=True, confined=confined)
         if "name" in changes and changes["name"] != row["name"] and lookup(db, row["owner"], changes["name"]):
             raise ApiError("conflict", f"owner {row['owner']!r} already has an agent {changes['name']!r}",
                            param="name")

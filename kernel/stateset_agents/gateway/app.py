@@ -25,7 +25,7 @@ from ..plugin_api.serving import ServerBusy
 from . import agents_api, chat_api, conversations_api, messages_api
 from .capture import Capture
 from .errors import ApiError
-from .keys import Key, KeyStore
+from .keys import Key, KeyStore, has_scope
 
 OPEN_KEY = Key(id="(no keys)", owner="local", scope="admin")  # a loopback server without keys
 CONVERSATION_HEADER = "x-conversation-id"
@@ -107,12 +107,62 @@ COUNT_SCHEMA = _body_schema(["model", "messages"], {"model": {"type": "string"},
                                                    "system": {}, "tools": {"type": "array"}})
 
 
+_ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["type", "message"],
+    "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}}}
+_ERRORS = {"400": "Bad input (the field named)", "401": "No key, or not a valid one", "403": "The key's scope or "
+           "owner does not allow it", "404": "No such model or object for this key", "409": "Conflicts with the "
+           "object's state", "413": "The body is over the limit", "429": "Rate limit or a full queue (retry-after)",
+           "503": "Not ready, or the engine is unavailable"}
+_MEDIA = {"/v1/chat/completions": ("application/json", "text/event-stream"),
+          "/v1/messages": ("application/json", "text/event-stream"),
+          "/v1/captures/{name}": ("application/x-ndjson",), "/conversations/export": ("application/x-ndjson",),
+          "/training/jobs/{job_id}/events": ("text/event-stream",), "/metrics": ("text/plain",)}
+
+
+def document_answers(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema FastAPI generates, with what the routes really answer: each success in its media types, and the
+    errors every route may give in the API's error shape (FastAPI's 422 never happens: a validation error is a
+    400 here)."""
+    for path, operations in schema.get("paths", {}).items():
+        for operation in operations.values():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            for code, answer in responses.items():
+                if code.startswith("2") and code != "204":
+                    answer["content"] = {m: {"schema": {}} for m in _MEDIA.get(path, ("application/json",))}
+            for code, description in _ERRORS.items():
+                if path in ("/healthz", "/readyz") and code != "503":
+                    continue
+                responses[code] = {"description": description, "content": {"application/json": {
+                    "schema": _ERROR}}}
+    return schema
+
+
+class _DeclaredBodyLimit:
+    """Plain ASGI: any request declaring a body over the limit is a 413 before routing, on every route (those that
+    read a body also count what arrives, `json_body`)."""
+
+    def __init__(self, inner, limit: int, render):
+        self.inner, self.limit, self.render = inner, limit, render
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
+            if declared.isdigit() and int(declared) > self.limit:
+                return await self.render(scope, receive, send, declared.decode())
+        return await self.inner(scope, receive, send)
+
+
 def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settings: Settings | None = None,
-               key_list: Callable[[], list[dict[str, Any]]] | None = None, db=None, jobs=None) -> FastAPI:
+               key_list: Callable[[], list[dict[str, Any]]] | None = None, db=None, jobs=None,
+               confined=None) -> FastAPI:
     """The gateway over a started serving engine. `keys` None: no key is asked for (a loopback server). `db`: the
-    state database (agents, the conversation index; None: those routes are absent); `jobs`: the training jobs."""
+    state database (agents, the conversation index; None: those routes are absent); `jobs`: the training jobs;
+    `confined`: the folders a client may name files in (`paths.Confined`)."""
     settings = settings or Settings()
-    app = FastAPI(title="StateSet Agents gateway", version="1", docs_url=None, redoc_url=None)
+    # the schema is served by a route of ours, behind a key like every route but health
+    app = FastAPI(title="StateSet Agents gateway", version="1", docs_url=None, redoc_url=None, openapi_url=None)
     buckets = _Buckets()
     limits = engine.limits()
     if settings.cors_origins:
@@ -153,8 +203,9 @@ def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settin
                 raise ApiError("authentication", "the API key is not valid")
         if admin and not key.admin:
             raise ApiError("permission", f"this route needs an admin key; the key {key.id} has scope {key.scope!r}")
-        if scope == "train" and key.scope not in ("train", "admin"):
-            raise ApiError("permission", f"training jobs need a train (or admin) key; the key {key.id} has scope "
+        if scope is not None and not has_scope(key.scope, scope):
+            what = "training jobs need" if scope == "train" else "this route needs"
+            raise ApiError("permission", f"{what} a {scope} (or higher) key; the key {key.id} has scope "
                                          f"{key.scope!r}")
         wait = buckets.take(key.id, key.rate_limit or settings.rate_limit)
         if wait:
@@ -240,6 +291,21 @@ def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settin
 
     count_tokens_served = metrics.install(app, stats=engine.stats, job_counts=jobs.counts if jobs else None,
                                           authorize=authorize)
+
+    async def too_large(scope, receive, send, declared: str) -> None:
+        request = Request(scope, receive)
+        response = _error(request, ApiError("too_large", f"the body is {declared} bytes; the limit is "
+                                                         f"{settings.max_body_bytes}"))
+        await response(scope, receive, send)
+
+    app.add_middleware(_DeclaredBodyLimit, limit=settings.max_body_bytes, render=too_large)
+
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi(request: Request):
+        authorize(request)
+        if app.openapi_schema is None:
+            app.openapi_schema = document_answers(app.openapi())
+        return app.openapi_schema
 
     @app.get("/healthz")
     async def healthz():
@@ -346,7 +412,7 @@ def create_app(engine, *, keys: KeyStore | None, capture: Capture | None, settin
 
     if db is not None:
         served = lambda: {m["id"] for m in engine.models()}  # noqa: E731
-        agents_api.register(app, db, authorize, json_body, served, scorer)
+        agents_api.register(app, db, authorize, json_body, served, scorer, confined)
         conversations_api.register(app, db, authorize, capture)
     if jobs is not None:
         from . import jobs_api

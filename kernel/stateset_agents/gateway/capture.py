@@ -62,7 +62,7 @@ class Capture:
         rows = []
         for path in sorted(self.directory.iterdir()):
             match = _FILE.match(path.name)
-            if match and path.is_file() and (owner is None or match["owner"] == owner):
+            if match and path.is_file() and not path.is_symlink() and (owner is None or match["owner"] == owner):
                 rows.append({"file": path.name, "owner": match["owner"], "bytes": path.stat().st_size})
         return rows
 
@@ -72,7 +72,8 @@ class Capture:
         if not match or (owner is not None and match["owner"] != owner):
             return None
         path = self.directory / name
-        return path if path.is_file() else None
+        # a symlink planted in the directory would serve whatever it points at: only plain files are captures
+        return path if path.is_file() and not path.is_symlink() else None
 
     def record(self, owner: str, conversation_id: str | None, request: Mapping[str, Any],
                choices: list[dict[str, Any]], usage: Mapping[str, Any]) -> Path:
@@ -99,8 +100,10 @@ class Capture:
         digests = _chain(request["messages"])
         with self._lock:
             path = self._file_for(owner, conversation_id, digests)
-            with open(path, "ab") as f:
-                offset = f.tell()
+            # never through a symlink (O_NOFOLLOW: one planted here fails the call, it is not written through)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            with open(fd, "ab") as f:
+                offset = f.seek(0, os.SEEK_END)
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())

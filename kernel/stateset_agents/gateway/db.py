@@ -1,6 +1,5 @@
-"""The gateway's state database: agents, training jobs and the conversation index (keys stay in the registry's
-.keys.json, which `keys create` writes without a server). SQLite by default (REGISTRY/.gateway.sqlite3, beside the
-keys), PostgreSQL with ``--database postgresql://...`` (psycopg 3).
+"""The gateway's state database: API keys (`keys`), agents, training jobs and the conversation index. SQLite by
+default (REGISTRY/.gateway.sqlite3), PostgreSQL with ``--database postgresql://...`` (psycopg 3).
 
 One small dialect: SQL is written with ``?`` placeholders and portable types (TEXT, INTEGER, DOUBLE PRECISION);
 PostgreSQL gets ``%s``. Schema migrations are numbered lists of statements applied once each, recorded in
@@ -16,8 +15,10 @@ import json
 import os
 import sqlite3
 import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from ..core.errors import InputError
 
@@ -42,6 +43,14 @@ MIGRATIONS: list[tuple[int, list[str]]] = [
         "updated_at DOUBLE PRECISION NOT NULL)",
         "CREATE INDEX jobs_by_owner ON jobs (owner, created_at)",
         "CREATE INDEX jobs_by_state ON jobs (state)",
+    ]),
+    (2, [  # keys move from REGISTRY/.keys.json into the database (`keys.import_legacy` brings the file over)
+        "CREATE TABLE api_keys (id TEXT PRIMARY KEY, owner TEXT NOT NULL, scope TEXT NOT NULL, rate_limit INTEGER, "
+        "secret_hash TEXT NOT NULL UNIQUE, source TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL, "
+        "revoked_at DOUBLE PRECISION)",
+        "CREATE INDEX api_keys_by_owner ON api_keys (owner)",
+        "CREATE TABLE key_imports (path TEXT PRIMARY KEY, imported_at DOUBLE PRECISION NOT NULL, "
+        "keys INTEGER NOT NULL)",
     ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -77,6 +86,8 @@ class Database:
         elif url.startswith("sqlite:///"):
             path = Path(url[len("sqlite:///"):])
             path.parent.mkdir(parents=True, exist_ok=True)
+            # key hashes and who said what live here: owner-only (SQLite gives its -wal and -shm files the same)
+            os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
             self.kind = "sqlite"
             self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
             self._conn.execute("PRAGMA journal_mode=WAL")
@@ -113,14 +124,26 @@ class Database:
         rows = self.query(sql, params)
         return rows[0] if rows else None
 
+    @contextmanager
+    def transaction(self) -> Iterator["Database"]:
+        """One transaction (SQLite: BEGIN IMMEDIATE, so writers queue at its start); the statements inside run on
+        this thread, under the lock."""
+        with self._lock:
+            self._run("BEGIN IMMEDIATE" if self.kind == "sqlite" else "BEGIN").close()
+            try:
+                yield self
+            except BaseException:
+                self._run("ROLLBACK").close()
+                raise
+            self._run("COMMIT").close()
+
     def migrate(self) -> int:
         """Apply the migrations not yet applied; the schema version now."""
         with self._lock:
             if self.kind == "postgresql":
                 self._run("SELECT pg_advisory_lock(?)", (_LOCK_KEY,)).close()
             try:
-                self._run("BEGIN IMMEDIATE" if self.kind == "sqlite" else "BEGIN").close()
-                try:
+                with self.transaction():
                     self._run("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
                               "applied_at DOUBLE PRECISION NOT NULL)").close()
                     cur = self._run("SELECT version FROM schema_migrations")
@@ -129,8 +152,6 @@ class Database:
                     if done and max(done) > SCHEMA_VERSION:
                         raise InputError(f"the database's schema is version {max(done)}, newer than this "
                                          f"gateway's {SCHEMA_VERSION}: upgrade stateset-agents", field="database")
-                    import time
-
                     for version, statements in MIGRATIONS:
                         if version in done:
                             continue
@@ -138,10 +159,6 @@ class Database:
                             self._run(statement).close()
                         self._run("INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)",
                                   (version, time.time())).close()
-                    self._run("COMMIT").close()
-                except BaseException:
-                    self._run("ROLLBACK").close()
-                    raise
             finally:
                 if self.kind == "postgresql":
                     self._run("SELECT pg_advisory_unlock(?)", (_LOCK_KEY,)).close()

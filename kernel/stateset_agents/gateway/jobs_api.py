@@ -33,6 +33,7 @@ from ..core.errors import InputError, StatesetError
 from .db import Database, encode, where
 from .errors import ApiError, bad, field
 from .job_worker import FINAL, process_start
+from .paths import Confined
 
 LIVE = ("queued", "starting", "running")
 STATES = (*LIVE, *FINAL)
@@ -59,8 +60,9 @@ def alive(row: dict[str, Any]) -> bool:
 
 
 class Jobs:
-    def __init__(self, db: Database, root: str | os.PathLike):
+    def __init__(self, db: Database, root: str | os.PathLike, confined: Confined | None = None):
         self.db, self.root = db, Path(root)
+        self.confined = confined or Confined()
         self.root.mkdir(parents=True, exist_ok=True)
         self._children: list[subprocess.Popen] = []
         self._stop = threading.Event()
@@ -78,6 +80,13 @@ class Jobs:
             raise bad(f"unknown field {sorted(unknown)[0]!r} for a train job", sorted(unknown)[0])
         values = {k: field(body, k, kind) for k, kind in TRAIN_FIELDS.items()}
         field(body, "dataset", "string", required=True)
+        # every file a client names lies inside the server's roots (no '../', absolute path or symlink out)
+        values["dataset"] = self.confined.path(values["dataset"], "dataset")
+        if values["eval_prompts"] is not None:
+            values["eval_prompts"] = self.confined.path(values["eval_prompts"], "eval_prompts")
+        values["base_model"] = self.confined.maybe_path(values["base_model"], "base_model")
+        self.confined.scan(values["reward_config"], "reward_config")
+        self.confined.scan(values["config"], "config")
         try:
             spec = resolve_trainer(values["algorithm"])
         except StatesetError as exc:  # an unknown trainer, or one that does not run here
@@ -95,6 +104,7 @@ class Jobs:
         from ..remote import session
 
         config = field(body, "config", "object", required=True)
+        self.confined.scan(config, "config")
         if "max_cost_usd" not in config:
             raise bad("a train-remote job needs a cap: config.max_cost_usd (USD)", "config.max_cost_usd")
         name = config.get("provider")

@@ -13,7 +13,7 @@ from ..core.errors import InputError
 from ..core.registry import get_registry
 from . import adapters as adapters_mod
 from .capture import DEFAULT_MAX_BYTES, Capture
-from .keys import KeyStore, keys_path, list_keys
+from .keys import KeyStore, import_legacy
 
 
 def is_loopback(host: str) -> bool:
@@ -42,6 +42,7 @@ class Options:
     database: str | None = None  # sqlite:///PATH or postgresql://...; default: REGISTRY/.gateway.sqlite3
     state: bool = True  # agents, conversations and jobs (a database); False: inference and capture only
     jobs_dir: str | None = None  # where jobs' runs go; default: REGISTRY/.jobs (else the state directory's)
+    roots: tuple[str, ...] = ()  # the folders a client may name files in; default: the working directory
 
 
 @dataclass
@@ -66,10 +67,26 @@ class Gateway:
 
 def build(options: Options) -> Gateway:
     """Check the bind, the keys and the registry, start the engine, and make the app (nothing listens yet)."""
+    from .db import Database, default_url
+    from .paths import Confined
+
+    confined = Confined(options.roots)
+    # keys live in the state database: opened first (a registry's old .keys.json imported once), so a public bind
+    # without keys is refused before any model loads
+    db = Database(options.database or default_url(options.registry))
+    try:
+        return _build(options, db, confined)
+    except BaseException:
+        db.close()
+        raise
+
+
+def _build(options: Options, db, confined) -> Gateway:
     from .app import Settings, create_app
 
-    store = KeyStore(options.registry) if options.registry and keys_path(options.registry).exists() else None
-    if store is not None and len(store) == 0:
+    import_legacy(db, options.registry)
+    store = KeyStore(db)
+    if len(store) == 0:
         store = None
     if store is None and not is_loopback(options.host):
         raise InputError(f"refusing to listen on {options.host} without API keys: create one with `stateset-agents "
@@ -90,22 +107,21 @@ def build(options: Options) -> Gateway:
     described = {name: adapters_mod.describe(options.registry, name) for name in served}
     settings = Settings(max_body_bytes=options.max_body_bytes, rate_limit=options.rate_limit,
                         cors_origins=tuple(options.cors_origins), models=described)
-    key_list = (lambda: list_keys(options.registry)) if options.registry else None
-    db = jobs = None
+    key_list = KeyStore(db).records
+    jobs = None
     if options.state:
-        from .db import Database, default_url
         from .jobs_api import Jobs
 
-        db = Database(options.database or default_url(options.registry))
         root = options.jobs_dir or (str(Path(options.registry) / ".jobs") if options.registry else None)
         if root is None:
             from ..plugin_api.jobs import state_dir
 
             root = str(state_dir() / "gateway" / "jobs")
-        jobs = Jobs(db, root)
+        jobs = Jobs(db, root, confined)
         notes.append(f"state in {db.kind} (schema version {db.versions()[-1]})" +
                      (f"; reattached {len(jobs.reattached)} running training jobs" if jobs.reattached else ""))
-    app = create_app(engine, keys=store, capture=capture, settings=settings, key_list=key_list, db=db, jobs=jobs)
+    app = create_app(engine, keys=store, capture=capture, settings=settings, key_list=key_list,
+                     db=db if options.state else None, jobs=jobs, confined=confined)
     return Gateway(app, engine, served, skipped, len(store) if store else 0, capture, notes, db, jobs)
 
 
