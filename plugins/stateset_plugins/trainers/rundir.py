@@ -39,6 +39,22 @@ RUN_RECORDS = ("eval_results.json", "tensorboard", "checkpoint_validation.jsonl"
                "test_looks.jsonl", "test")
 
 
+
+def _numpy_rng_globals() -> list:
+    """What numpy's RNG state (an ndarray of uint32 in `rng_state`) needs unpickled, and nothing else."""
+    import numpy as np
+
+    reconstruct = np.ndarray.__reduce__(np.zeros(1))[0]  # numpy's _reconstruct, wherever this numpy keeps it
+    return [np.ndarray, np.dtype, reconstruct, type(np.dtype(np.uint32))]
+
+
+def load_training_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's training state: torch.load with weights_only=True (tensors, containers, numbers, strings
+    and numpy's RNG arrays only), so a planted training_state.pt cannot run code when a run resumes."""
+    with torch.serialization.safe_globals(_numpy_rng_globals()):
+        return torch.load(path, weights_only=True)
+
+
 class RunDir:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -131,7 +147,7 @@ class RunDir:
         quarantines the run)."""
         state = load_json(path / "state.json")
         backend.load_adapter(path / "adapter")
-        blob = torch.load(path / "training_state.pt", weights_only=False)  # our own file, written above
+        blob = load_training_state(path / "training_state.pt")
         backend.load_training_state(blob)
         streams = blob.get("rank_rng")
         if world_size > 1 and (not streams or len(streams) != world_size):
