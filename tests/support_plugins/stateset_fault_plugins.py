@@ -108,6 +108,7 @@ class FaultTrainer(Trainer):
             if self.cancelled:
                 yield {"type": "failed", "reason": "cancelled", "step": step - 1}
                 return
+            time.sleep(float(config.get("delay", 0.1)))  # a step takes time: later steps are not queued at once
             if step == at:
                 if fault == "raise":
                     raise RuntimeError(f"asked to fail at step {step}")

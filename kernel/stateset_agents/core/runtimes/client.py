@@ -65,8 +65,11 @@ class Connection:
 
     def stream(self, call: str, method, request, *, is_heartbeat: Callable[[Any], bool],
                idle_timeout: float | None = None) -> Iterator[Any]:
-        """Yield a server stream's messages; fail if nothing (not even a heartbeat) arrives for idle_timeout."""
+        """Yield a server stream's messages; fail if nothing (not even a heartbeat) arrives for idle_timeout, or
+        only heartbeats for PROGRESS_TIMEOUT_SECONDS (the server answers, the component's work is stuck)."""
         idle = idle_timeout or wire.IDLE_TIMEOUT_SECONDS
+        progress = wire.PROGRESS_TIMEOUT_SECONDS
+        last = time.monotonic()
         rpc = method(request, metadata=self.metadata)
         q: queue.Queue = queue.Queue(maxsize=1024)
         done = object()
@@ -94,6 +97,12 @@ class Connection:
                     raise self.explain(call, msg)
                 if not is_heartbeat(msg):
                     yield msg
+                    last = time.monotonic()  # our own time with the event is not the plugin's
+                elif time.monotonic() - last > progress:
+                    rpc.cancel()
+                    self.kill()  # hung inside the component: a graceful shutdown would wait on it
+                    raise PluginError(self.component, call, f"only heartbeats for {progress:g}s, no event; the "
+                                                            "plugin's work is hung")
         finally:
             rpc.cancel()  # a no-op after normal completion; stops the server work if we stop early
 
@@ -382,6 +391,17 @@ class RemoteIngestor(_RemoteMixin, Ingestor):
             raise PluginError(self.full_name, "Ingestor.Ingest", "the stream ended before the plugin said it was done")
 
 
+def _event(pb, who: str, call: str) -> dict[str, Any]:
+    """An event off the wire, or a PluginError: its JSON must be an object, and it must have a type."""
+    try:
+        event = convert.event_from_proto(pb)
+    except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+        raise PluginError(who, call, f"a malformed event ({type(exc).__name__}: {exc}): {pb.json[:120]!r}") from None
+    if not event["type"]:
+        raise PluginError(who, call, f"an event with no type: {pb.json[:120]!r}")
+    return event
+
+
 class _RemoteStreaming(_RemoteMixin):
     _call_name = ""
 
@@ -391,7 +411,7 @@ class _RemoteStreaming(_RemoteMixin):
                                 request_json=orjson.dumps(dict(request), default=str))
         final = None
         for pb in self.conn.stream(self._call_name, self._method, req, is_heartbeat=_is_heartbeat_event):
-            event = convert.event_from_proto(pb)
+            event = _event(pb, self.full_name, self._call_name)
             if event["type"] in ("completed", "failed"):
                 final = event
             yield event

@@ -179,5 +179,8 @@ def event_to_proto(event: Mapping[str, Any]) -> common_pb2.Event:
 def event_from_proto(pb: common_pb2.Event) -> dict[str, Any]:
     out = {"type": pb.type}
     if pb.json:
-        out.update(orjson.loads(pb.json))
+        payload = orjson.loads(pb.json)
+        if not isinstance(payload, dict):
+            raise TypeError(f"an event's JSON must be an object, not {type(payload).__name__}")
+        out.update(payload)
     return out

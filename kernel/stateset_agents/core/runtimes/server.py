@@ -302,7 +302,14 @@ def _event_stream(host: ComponentHost, request, context):
     body = orjson.loads(request.request_json) if request.request_json else {}
     try:
         for event in with_heartbeats(comp.run(body), context, comp.cancel):
-            yield _heartbeat_event() if event is None else convert.event_to_proto(event)
+            if event is None:
+                yield _heartbeat_event()
+                continue
+            if not isinstance(event, dict) or not isinstance(event.get("type"), str) or not event["type"]:
+                what = f"an event with no type: {event!r:.200}" if isinstance(event, dict) else \
+                    f"{type(event).__name__} {event!r:.200}, not an event object"
+                raise TypeError(f"{comp.full_name} yielded {what}")
+            yield convert.event_to_proto(event)
     finally:
         host.untrack(request.call_id)
 

@@ -37,6 +37,8 @@ def _seconds(env: str, default: float) -> float:
 #: Seconds between heartbeats on long streams, and how long a client waits for any event before giving up.
 HEARTBEAT_SECONDS = _seconds("STATESET_PLUGIN_HEARTBEAT_S", 5.0)
 IDLE_TIMEOUT_SECONDS = _seconds("STATESET_PLUGIN_IDLE_TIMEOUT_S", 60.0)
+#: How long a stream may carry only heartbeats: the server is up but the component's work yields nothing (hung).
+PROGRESS_TIMEOUT_SECONDS = _seconds("STATESET_PLUGIN_PROGRESS_TIMEOUT_S", 3600.0)
 #: Deadline for unary calls (a batch of grades, a quote) and for the handshake line.
 UNARY_DEADLINE_SECONDS = _seconds("STATESET_PLUGIN_DEADLINE_S", 300.0)
 HANDSHAKE_TIMEOUT_SECONDS = _seconds("STATESET_PLUGIN_HANDSHAKE_TIMEOUT_S", 30.0)
