@@ -29,13 +29,14 @@ def command(*roots: Path, extra: tuple[str, ...] = ()) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def stdio_session(*roots: Path, extra: tuple[str, ...] = ()):
+async def stdio_session(*roots: Path, extra: tuple[str, ...] = (), errlog=None):
+    """A session with the server over stdio; `errlog`: a file for the server's stderr (default ours)."""
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     cmd = command(*roots, extra=extra)
     params = StdioServerParameters(command=cmd[0], args=cmd[1:], env=server_env(), cwd=str(roots[0]))
-    async with stdio_client(params) as (read, write):
+    async with stdio_client(params, **({"errlog": errlog} if errlog is not None else {})) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             yield session
@@ -62,6 +63,20 @@ class Checked:
         return result.content[0].text
 
 
+@contextlib.asynccontextmanager
+async def http_session(url: str, key: str):
+    """A session with the server over streamable HTTP, with `key` as the bearer token."""
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    client = create_mcp_http_client(headers={"authorization": f"Bearer {key}"})
+    async with client, streamable_http_client(url, http_client=client) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            yield session
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -69,15 +84,18 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def http_server(root: Path, registry: Path, port: int, extra: tuple[str, ...] = ()):
+def http_server(root: Path, registry: Path, port: int, extra: tuple[str, ...] = (), env: dict | None = None,
+                errlog=None):
+    """The server over HTTP on `port`; `env` over the test's, `errlog` a file for its stderr (default a pipe)."""
     proc = subprocess.Popen(command(root, extra=("--http", "--port", str(port), "--registry", str(registry),
                                                  *extra)),
-                            env=server_env(), cwd=str(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            env={**server_env(), **(env or {})}, cwd=str(root), stdout=subprocess.DEVNULL,
+                            stderr=errlog if errlog is not None else subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise AssertionError(f"the server exited: {proc.stderr.read().decode()}")
+                raise AssertionError(f"the server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 break
             time.sleep(0.2)

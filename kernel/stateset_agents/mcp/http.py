@@ -12,6 +12,7 @@ from ..gateway.server import is_loopback
 from .server import Options, build
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MAX_BODY = 4 << 20  # bytes of one request: a tool call's arguments are capped at 1 MiB, JSON-RPC framing aside
 
 
 class BearerKeys:
@@ -31,7 +32,42 @@ class BearerKeys:
                                             "keys create --registry REGISTRY --owner NAME --scope admin)")
         if not key.admin:
             return await _refuse(send, 403, f"key {key.id} has scope {key.scope}; the MCP tools need an admin key")
-        return await self.app(scope, receive, send)
+        if scope.get("method") != "POST":  # GET (the event stream) and DELETE carry no body
+            return await self.app(scope, receive, send)
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_BODY:
+            return await _refuse(send, 413, f"a request body is at most {MAX_BODY} bytes")
+        body = await _read_capped(receive)
+        if body is None:
+            return await _refuse(send, 413, f"a request body is at most {MAX_BODY} bytes")
+        return await self.app(scope, _replay(body, receive), send)
+
+
+async def _read_capped(receive) -> bytes | None:
+    """The whole body, read here so that one sent in chunks (no Content-Length) is capped too; None above
+    MAX_BODY (or when the client went away)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive):
+    """`receive` for the app: the body read already, then the client's own messages (its disconnect)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed():
+        return pending.pop() if pending else await receive()
+
+    return replayed
 
 
 async def _refuse(send, status: int, message: str) -> None:

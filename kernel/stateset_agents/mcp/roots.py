@@ -11,6 +11,8 @@ from typing import Iterable
 
 from ..core.errors import InputError
 
+PATH_MAX, NAME_MAX = 4096, 255  # Linux's limits, in bytes
+
 
 class Roots:
     def __init__(self, folders: Iterable[str | os.PathLike] | None = None):
@@ -28,8 +30,19 @@ class Roots:
     def path(self, value: str, field: str) -> Path:
         """`value` (a tool argument named `field`) as an absolute path inside a root, or an InputError naming it."""
         if not isinstance(value, str) or not value or "\x00" in value:
-            raise InputError("a path is a non-empty string", field=field)
-        raw = Path(value).expanduser()
+            raise InputError("a path is a non-empty string without NUL bytes", field=field)
+        try:
+            encoded = os.fsencode(value)
+        except UnicodeError:
+            raise InputError("a path must be encodable in the file system's encoding", field=field) from None
+        # the kernel's limits, checked here so that no later stat() fails with "File name too long"
+        if len(encoded) > PATH_MAX or any(len(part) > NAME_MAX for part in encoded.split(b"/")):
+            raise InputError(f"a path is at most {PATH_MAX} bytes, each name in it at most {NAME_MAX}", field=field)
+        try:
+            raw = Path(value).expanduser()
+        except RuntimeError:  # "~name/..." for a user this machine does not have
+            raise InputError(f"{value[:80]}: no home directory for {value.partition('/')[0][:40]!r}",
+                             field=field) from None
         resolved = (raw if raw.is_absolute() else self.folders[0] / raw).resolve()
         if not self.inside(resolved):
             shown = ", ".join(str(r) for r in self.folders)

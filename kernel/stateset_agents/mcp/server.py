@@ -24,6 +24,8 @@ from .tools import Call, Tool
 
 log = logging.getLogger("stateset_agents.mcp")
 SPEND_TOOLS = ("train_remote_launch",)
+MAX_ARGUMENT_BYTES = 1 << 20  # one call's arguments as JSON; the HTTP transport refuses larger bodies before this
+MAX_SHOWN = 80  # characters of a refused value an error message repeats
 
 
 @dataclass
@@ -54,13 +56,33 @@ def schema_problem(args: Any, schema: dict[str, Any]) -> str | None:
             extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
             for name in extra:
                 problems.append((".".join(filter(None, [where, name])), "is not an argument of this tool"))
+        elif error.validator in ("maxLength", "maxItems"):  # say how big, never echo the value
+            unit = "characters" if error.validator == "maxLength" else "items"
+            problems.append((where or "(arguments)",
+                             f"is {len(error.instance)} {unit} long, above the limit of {error.validator_value}"))
         else:
-            problems.append((where or "(arguments)", error.message))
+            problems.append((where or "(arguments)", _shorten(error.message)))
     problems = list(dict.fromkeys(problems))  # one error per missing property, or one for all: said once
     if not problems:
         return None
     listed = "; ".join(f"{name}: {message}" for name, message in problems)
     return f"invalid arguments: {listed} (field '{problems[0][0]}')"
+
+
+def _shorten(message: str) -> str:
+    """A jsonschema message repeats the refused value: a huge one is cut, so the error stays readable."""
+    return message if len(message) <= 4 * MAX_SHOWN else f"{message[:MAX_SHOWN]}... ({len(message)} characters)"
+
+
+def size_problem(args: Any) -> str | None:
+    """Arguments above MAX_ARGUMENT_BYTES as JSON: refused before validation, naming the largest field."""
+    size = len(json.dumps(args, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if size <= MAX_ARGUMENT_BYTES:
+        return None
+    sizes = {k: len(json.dumps(v, ensure_ascii=False)) for k, v in args.items()} if isinstance(args, dict) else {}
+    largest = max(sizes, key=sizes.get) if sizes else "(arguments)"
+    return (f"invalid arguments: {size} bytes, above the limit of {MAX_ARGUMENT_BYTES} for one call (field "
+            f"'{largest}')")
 
 
 def _error(message: str) -> types.CallToolResult:
@@ -100,7 +122,7 @@ def build(options: Options) -> Server:
                               "plans without renting anything")
             return _error(f"no tool {params.name!r}; the tools are: {', '.join(tools)}")
         args = params.arguments or {}
-        problem = schema_problem(args, tool.input_schema)
+        problem = size_problem(args) or schema_problem(args, tool.input_schema)
         if problem:
             return _error(f"{tool.name}: {problem}")
         return await _run(tool, Call(args=dict(args), roots=options.roots, allow_spend=options.allow_spend), ctx)
@@ -119,7 +141,7 @@ READ_ONLY = {"improve_status", "lineage", "plugins_list", "runs_list", "run_stat
 
 
 async def _run(tool: Tool, call: Call, ctx) -> types.CallToolResult:
-    from ..core.errors import StatesetError
+    from ..core.errors import InputError, StatesetError, UnknownComponent
     from ..core.registry import get_registry
 
     why = tool.unavailable(get_registry())
@@ -143,6 +165,12 @@ async def _run(tool: Tool, call: Call, ctx) -> types.CallToolResult:
     def work() -> tuple[str, Any]:
         try:
             return "ok", tool.run(call)
+        except InputError as exc:
+            name = None if exc.field else call.field_of(exc.path)  # the argument the bad file came from
+            return "error", str(exc) + (f" (field '{name}')" if name else "")
+        except UnknownComponent as exc:  # "unknown reward 'x'": the argument that named it
+            named = [k for k, v in call.args.items() if isinstance(v, str) and repr(v.rpartition(":")[2]) in str(exc)]
+            return "error", str(exc) + (f" (field '{named[0]}')" if named else "")
         except StatesetError as exc:
             return "error", str(exc)
         except Exception as exc:  # a bug is still a tool error, never a protocol crash

@@ -12,6 +12,9 @@ from typing import Any, Callable
 from .roots import Roots
 
 TRAIN_INSTALL = "pip install 'stateset-agents[train]'"
+#: Size limits of one argument: a string (a path is at most PATH_MAX bytes anyway) and a list of paths.
+MAX_STRING = 4096
+MAX_ITEMS = 64
 
 
 @dataclass
@@ -23,14 +26,32 @@ class Call:
     allow_spend: bool = False
     progress: Callable[[float, float | None, str | None], None] = lambda done, total, message: None
     cancelled: threading.Event = field(default_factory=threading.Event)
+    #: every path argument as resolved, by field: an error about a file names the argument that led to it
+    resolved: dict[str, Path] = field(default_factory=dict)
 
     def path(self, name: str) -> Path | None:
         """Argument `name` as a path inside the roots (None when not given)."""
         value = self.args.get(name)
-        return None if value is None else self.roots.path(value, name)
+        if value is None:
+            return None
+        self.resolved[name] = self.roots.path(value, name)
+        return self.resolved[name]
 
     def paths(self, name: str) -> list[Path]:
-        return [self.roots.path(v, f"{name}[{i}]") for i, v in enumerate(self.args.get(name) or [])]
+        out = [self.roots.path(v, f"{name}[{i}]") for i, v in enumerate(self.args.get(name) or [])]
+        self.resolved.update({f"{name}[{i}]": p for i, p in enumerate(out)})
+        return out
+
+    def field_of(self, path: str | None) -> str | None:
+        """The argument whose path is `path` or holds it (the deepest such), None when none does."""
+        if not path:
+            return None
+        try:
+            target = Path(path).resolve()
+        except (OSError, ValueError):
+            return None
+        holders = [(len(p.parts), name) for name, p in self.resolved.items() if target == p or p in target.parents]
+        return max(holders)[1] if holders else None
 
     def get(self, name: str, default: Any = None) -> Any:
         value = self.args.get(name)
@@ -63,16 +84,17 @@ class Tool:
 # -- schema pieces -------------------------------------------------------------------------------------------------
 
 def string(description: str, **more: Any) -> dict[str, Any]:
-    return {"type": "string", "description": description, **more}
+    return {"type": "string", "description": description, "maxLength": MAX_STRING, **more}
 
 
 def path(description: str) -> dict[str, Any]:
-    return {"type": "string", "minLength": 1, "description": description + " (a path inside the server's roots)"}
+    return {"type": "string", "minLength": 1, "maxLength": MAX_STRING,
+            "description": description + " (a path inside the server's roots)"}
 
 
 def paths(description: str) -> dict[str, Any]:
-    return {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
-            "description": description + " (paths inside the server's roots)"}
+    return {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": MAX_STRING}, "minItems": 1,
+            "maxItems": MAX_ITEMS, "description": description + " (paths inside the server's roots)"}
 
 
 def integer(description: str, minimum: int | None = None, **more: Any) -> dict[str, Any]:

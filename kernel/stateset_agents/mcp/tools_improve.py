@@ -68,15 +68,30 @@ def _improve_audit(call: Call) -> dict[str, Any]:
                          field=given[0])
     if call.args.get("graded") is None:
         raise InputError("give graded (graded.jsonl from `improve_run`), or robustness: true", field="graded")
+    labels, transcripts, key = (call.args.get(k) for k in ("labels", "transcripts", "label_key"))
+    _labels_given(call, (labels is None) != (transcripts is None) and not (transcripts is not None and not key))
     return run_audit(call.path("graded"), labels=call.path("labels"), transcripts=call.path("transcripts"),
                      label_key=call.get("label_key"), rollup=call.get("rollup", "mean"),
                      threshold=call.get("threshold", DEFAULT_THRESHOLD), top=call.get("top", 10),
                      draws=call.get("draws", 2000))
 
 
+def _labels_given(call: Call, ok: bool) -> None:
+    """The pipeline's rule for where labels come from (labels, or transcripts with label_key), refused here with
+    the field it concerns: the pipeline's own message names none."""
+    from ..core.errors import InputError
+
+    if not ok:
+        raise InputError("give labels either as labels (a file) or as transcripts with label_key",
+                         field="labels" if call.args.get("labels") is not None else "label_key")
+
+
 def _improve_calibrate(call: Call) -> dict[str, Any]:
     from ..pipeline.calibrate import run_calibrate
 
+    labels, transcripts, key = (call.args.get(k) for k in ("labels", "transcripts", "label_key"))
+    if call.get("folds", 5) >= 2:  # the pipeline's folds check (with its field) comes first
+        _labels_given(call, (labels is None) != (key is None) and not (key is not None and transcripts is None))
     return run_calibrate(call.path("graded"), call.path("output"), labels=call.path("labels"),
                          transcripts=call.path("transcripts"), label_key=call.get("label_key"),
                          group_key=call.get("group_key"), reward_config=call.path("reward_config"),

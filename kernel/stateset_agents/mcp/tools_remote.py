@@ -8,7 +8,9 @@ from typing import Any
 from ..core.errors import InputError
 from .tools import (ANY_LIST, ANY_OBJECT, REWARD_ARGS, Call, Tool, boolean, integer, number, obj, path, string)
 
-RUN_ID = {"run_id": string("A run id (`runs_list`).", minLength=1)}
+#: a run id names a file in the state directory: no separator, no leading dot, so never a path out of it
+RUN_ID = {"run_id": string("A run id (`runs_list`).", minLength=1, maxLength=128,
+                           pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")}
 
 
 def _runs_list(call: Call) -> dict[str, Any]:
@@ -61,7 +63,12 @@ def _costs(call: Call) -> dict[str, Any]:
         names = get_registry().default("provider", face="train-remote")
         if names is None:
             raise InputError("name the providers to check", field="providers")
-    providers = {n: session.open_provider(n) for n in names.split(",") if n}
+    from ..core.errors import UnknownComponent
+
+    try:
+        providers = {n: session.open_provider(n) for n in names.split(",") if n}
+    except UnknownComponent as exc:
+        raise InputError(str(exc), field="providers") from None
     try:
         return {"orphans": session.orphans(providers)}
     finally:

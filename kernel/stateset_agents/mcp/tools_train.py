@@ -79,14 +79,14 @@ def _on_cancel(call: Call, cancel):
 
 def _model(call: Call) -> str | None:
     """A base model that names a local path must lie inside the roots; a hub id or the default passes as given."""
-    from pathlib import Path
-
     value = call.get("base_model")
     if value is None:
         return None
-    local = Path(value).expanduser()
-    if local.is_absolute() or value.startswith(".") or (call.roots.folders[0] / local).exists():
+    if value.startswith((".", "/", "~")):
         return str(call.roots.path(value, "base_model"))
+    local = call.roots.path(value, "base_model") if "\x00" not in value else None  # checks the size limits first
+    if local is not None and local.exists():
+        return str(local)
     return value
 
 

@@ -1,0 +1,65 @@
+"""Roots.path, the one place a tool's path argument is resolved: for any string, either a path inside a root (after
+every `..` and symlink) or an InputError naming the field; never an OSError from a later stat of it."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.helpers.fuzzing import examples
+from tests.mcp.schema_fuzz import escapes
+
+PIECES = st.sampled_from(["..", ".", "a", "escape", "deep", "~", "", "é", "\x00", "x" * 300, "/", "//"])
+
+
+@pytest.fixture()
+def roots(tmp_path):
+    from stateset_agents.mcp.roots import Roots
+
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "a" / "deep").mkdir(parents=True)
+    outside.mkdir()
+    (root / "escape").symlink_to(outside)  # a symlink out of the root
+    (root / "a" / "back").symlink_to(root / "a")  # and one that stays inside
+    return Roots([root]), root, outside
+
+
+def inside(path, root) -> bool:
+    return path == root or root in path.parents
+
+
+@examples(200)
+@given(parts=st.lists(PIECES, max_size=6), absolute=st.booleans(), text=st.text(max_size=40))
+def test_any_string_is_inside_a_root_or_refused_with_its_field(roots, parts, absolute, text):
+    from stateset_agents.core.errors import InputError
+
+    finder, root, outside = roots
+    for value in ("/".join(parts), ("/" if absolute else "") + "/".join(parts) + text, text,
+                  *escapes(str(outside))):
+        try:
+            found = finder.path(value, "input")
+        except InputError as exc:
+            assert exc.field == "input"
+            continue
+        assert inside(found, root) and found == found.resolve(), (value, found)
+        os.path.lexists(found)  # a path it returns can be asked about: no "File name too long"
+        assert not inside(found, outside.resolve())
+
+
+def test_escapes_are_refused_and_the_symlink_is_named(roots):
+    from stateset_agents.core.errors import InputError
+
+    finder, root, outside = roots
+    for value in escapes(str(outside)) + ["escape", "escape/x", "a/back/../../escape/y", str(root / "escape")]:
+        with pytest.raises(InputError, match="outside the folders|no home directory") as caught:
+            finder.path(value, "output")
+        assert caught.value.field == "output"
+    with pytest.raises(InputError, match="through a symlink"):
+        finder.path("escape/secret", "output")
+    assert finder.path("a/back/deep", "x") == root / "a" / "deep"  # a link that stays inside is fine
+    for value in ("x" * 256, "a/" * 2100, "a\x00b", ""):
+        with pytest.raises(InputError) as caught:
+            finder.path(value, "input")
+        assert caught.value.field == "input"
