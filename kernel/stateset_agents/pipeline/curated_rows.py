@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any, Mapping
 
+from ..core.errors import InputError
 from ..core.jsonio import dumps
 from ..plugin_api.splits import TEST, TRAIN, VALIDATION
 from ..plugin_api.text import content_text
@@ -164,6 +165,14 @@ class Conversation:
         return self.role != "train"
 
     def _build(self, source_path: str, source_sha256: Future) -> None:
+        try:
+            self._build_pieces(source_path, source_sha256)
+        except TypeError as exc:  # orjson: valid JSON read (up to 1024 levels) nested deeper than it writes (254)
+            self._messages = None
+            raise InputError(f"conversation {self.data['id']!r} nests too deeply to be written as rows ({exc})",
+                             path=source_path, line=self.line) from None
+
+    def _build_pieces(self, source_path: str, source_sha256: Future) -> None:
         self._messages, self._bits = [], []
         for m in self.data["messages"]:
             data, bits = _message_json(m)
