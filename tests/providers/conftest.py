@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+FAULTS = ("500", "timeout", "drop", "partial")
 GPUS = [{"id": "NVIDIA H100 80GB HBM3", "displayName": "H100 SXM", "memoryInGb": 80, "securePrice": 2.99},
         {"id": "NVIDIA H100 PCIe", "displayName": "H100 PCIe", "memoryInGb": 80, "securePrice": 2.39},
         {"id": "NVIDIA A40", "displayName": "A40", "memoryInGb": 48, "securePrice": 0.44},
@@ -53,6 +55,10 @@ class FakeRunPod:
         self.run_pods = False
         self.processes: dict[str, tuple[subprocess.Popen, int]] = {}
         self.api_url = ""
+        #: Injected faults, by the number of the API call they hit (1 = the next one; see `fail_call`).
+        self.faults: dict[int, str] = {}
+        self.api_calls = 0
+        self.fault_delay_s = 1.5  # "timeout": how late the answer comes (the tests shorten the client's timeout)
 
     def answer(self, query: str):
         with self.lock:
@@ -93,6 +99,12 @@ class FakeRunPod:
             return None  # the pod exists, but the client never hears about it
         return {"data": {"podFindAndDeployOnDemand": {"id": pod_id, "imageName": "", "env": env, "machineId": "m",
                                                       "machine": {"podHostId": "h"}}}}
+
+    def fail_call(self, number: int, fault: str) -> None:
+        """Make API call `number` from now fail: "500" (refused, nothing done), or done and then its answer lost:
+        "timeout" (it comes too late), "drop" (the connection closes without one), "partial" (cut mid-JSON)."""
+        assert fault in FAULTS, fault
+        self.faults[self.api_calls + number] = fault
 
     def env_of(self, pod_id: str) -> dict[str, str]:
         return dict(item.split("=", 1) for item in self.pods[pod_id]["env"])
@@ -163,7 +175,30 @@ def fake_runpod(monkeypatch):
                 self.send_response(401)
                 self.end_headers()
                 return
+            with fake.lock:
+                fake.api_calls += 1
+                fault = fake.faults.pop(fake.api_calls, None)
+            if fault == "500":
+                self.send_response(500)
+                self.send_header("Content-Length", "21")
+                self.end_headers()
+                self.wfile.write(b"internal server error")
+                return
             answer = fake.answer(body["query"])
+            if fault == "drop":  # done, and the connection closes before any answer
+                self.close_connection = True
+                return
+            if fault == "timeout":
+                time.sleep(fake.fault_delay_s)
+            if fault == "partial":
+                data = json.dumps(answer).encode()
+                data = data[:len(data) // 2]
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             if answer is None:
                 self.send_response(502)
                 self.send_header("Content-Length", "2")

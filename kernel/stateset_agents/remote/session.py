@@ -342,7 +342,8 @@ def _record(run_id: str) -> dict[str, Any]:
 
 def orphans(providers: Mapping[str, Any], now: float | None = None) -> list[dict[str, Any]]:
     """Live jobs labelled as ours that nobody is responsible for: no local record, a record that says the run is
-    over, or a job past its deadline."""
+    over, a launch that failed before it was confirmed (nobody holds the run's lock: a retry would attach), or a
+    job past its deadline."""
     now = time.time() if now is None else now
     found = []
     for name, provider in providers.items():
@@ -353,7 +354,9 @@ def orphans(providers: Mapping[str, Any], now: float | None = None) -> list[dict
             deadline = float(((record.get("job") or {}).get("deadline_at")) or job.get("deadline_at") or 0.0)
             why = ("no local record" if not record else
                    f"run is {record['phase']}" if record.get("phase") in state.FINAL_PHASES else
-                   "past its deadline" if deadline and now > deadline else None)
+                   "its launch failed before it was confirmed (`finetune launch` again attaches to it)"
+                   if record.get("phase") in ("launching", "not_launched") and not state.run_locked(job["run_id"])
+                   else "past its deadline" if deadline and now > deadline else None)
             if why:
                 found.append({**job, "provider": name, "why": why})
     return found

@@ -47,6 +47,21 @@ def run_lock(run_id: str, timeout: float = 60.0) -> Iterator[None]:
         os.close(fd)  # closing the descriptor releases the lock
 
 
+def run_locked(run_id: str) -> bool:
+    """Whether a process holds the run's lock now (a launch or a finish under way)."""
+    path = private_dir(state_dir() / "locks") / f"{run_id}.lock"
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def record_path(run_id: str) -> Path:
     return private_dir(state_dir() / "runs") / f"{run_id}.json"
 
