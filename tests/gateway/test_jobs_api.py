@@ -18,11 +18,12 @@ import pytest
 pytest.importorskip("prometheus_client")
 
 
-def _serve(registry: Path, database: str, tiny: Path, port: int, log: Path) -> subprocess.Popen:
+def _serve(registry: Path, database: str, tiny: Path, port: int, log: Path, cwd: Path) -> subprocess.Popen:
     argv = [sys.executable, "-m", "stateset_agents", "serve", "--registry", str(registry), "--base-model", str(tiny),
             "--port", str(port), "--database", database, "--device", "cpu", "--max-new-tokens", "8"]
     env = {**os.environ, "STATESET_AGENTS_STATE_DIR": str(log.parent / "state")}  # the server's runs, ledger
-    child = subprocess.Popen(argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)
+    # cwd: the folder the jobs may name files in (the data and the tiny model lie under the tests' temp root)
+    child = subprocess.Popen(argv, stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env, cwd=cwd)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if child.poll() is not None:
@@ -62,13 +63,14 @@ def jobs_gw(database, tiny_model_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("jobs")
     registry = root / "registry"
     registry.mkdir()
-    keys = {name: create_key(registry, name, scope)[0] for name, scope in
+    keys = {name: create_key(registry, name, scope, database=database)[0] for name, scope in
             (("bob", "train"), ("carol", "train"), ("ops", "admin"))}
     data = write_jsonl(root / "curated.jsonl", make_rows())
     port = free_port()
+    base = tmp_path_factory.getbasetemp()
     state = SimpleNamespace(url=f"http://127.0.0.1:{port}", keys=keys, data=data, root=root, port=port,
-                            start=lambda: _serve(registry, database, tiny_model_dir, port, root / "serve.log"),
-                            tiny=tiny_model_dir)
+                            start=lambda: _serve(registry, database, tiny_model_dir, port, root / "serve.log", base),
+                            tiny=tiny_model_dir, database=database)
     state.server = state.start()
     yield state
     state.server.kill()
@@ -180,7 +182,7 @@ def test_bad_job_bodies_are_refused_naming_the_field(jobs_gw, body, field):
 def test_an_infer_key_cannot_submit_jobs(jobs_gw, tmp_path):
     from stateset_agents.gateway.keys import create_key
 
-    key = create_key(jobs_gw.root / "registry", "dave", "infer")[0]
+    key = create_key(jobs_gw.root / "registry", "dave", "infer", database=jobs_gw.database)[0]
     answer = httpx.post(jobs_gw.url + "/training/jobs", headers={"authorization": f"Bearer {key}"},
                         json={"kind": "train", "dataset": "x"})
     assert answer.status_code == 403 and "train" in answer.json()["error"]["message"]
