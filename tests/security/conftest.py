@@ -2,3 +2,4 @@
 from __future__ import annotations
 
 from tests.helpers.state_dir import state_dir  # noqa: F401 - autouse: a private kernel state dir per test
+from tests.helpers.container_fixtures import docker_client, plugins_image  # noqa: F401 - for test_containers

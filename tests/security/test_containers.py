@@ -8,15 +8,15 @@ import os
 
 import pytest
 
+from stateset_agents import GradeItem
 from stateset_agents.core.runtimes import load_component
 from stateset_agents.core.runtimes.container import ARTIFACTS, LABEL
-from tests.containers.conftest import docker_client, plugins_image  # noqa: F401 - the fixtures
 
 pytestmark = pytest.mark.container
 
 
 @pytest.fixture(scope="module")
-def started(docker_client, plugins_image, tmp_path_factory):  # noqa: F811 - the fixtures
+def started(docker_client, plugins_image, tmp_path_factory):
     artifacts = tmp_path_factory.mktemp("artifacts")
     with load_component("reward:gsm8k", runtime="container", run_id="security-inspect",
                         artifacts_dir=str(artifacts)) as reward:
@@ -66,4 +66,7 @@ def test_the_plugin_runs_as_a_non_root_user(started):
     uid = int(out.decode().strip())
     assert code == 0 and uid != 0
     assert uid == (os.getuid() or 10001)  # the invoking user, or the images' user under a root kernel
-    assert reward.grade  # and it still serves
+    conversation = {"id": "m", "messages": [{"role": "user", "content": "What is 6 times 7?"},
+                                            {"role": "assistant", "content": "The answer is 42."}],
+                    "metadata": {"reference_answer": "42"}}
+    assert len(reward.grade([GradeItem(conversation)])) == 1  # and, so confined, it still grades

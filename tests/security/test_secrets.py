@@ -57,6 +57,8 @@ def test_no_credential_or_plugin_token_reaches_any_artifact_or_output(fake_modal
     config = w / "sft.json"
     w.mkdir()
     config.write_text(json.dumps({"batch_size": 2, "learning_rate": 1e-3, "save_every": 2}))
+    prompts = w / "prompts.jsonl"  # three held-out cases are enough to write every evaluation artifact
+    prompts.write_text("".join((SAMPLES / "validation.jsonl").read_text().splitlines(keepends=True)[:3]))
 
     steps = [
         ["ingest", "--format", "openai", "--input", str(SAMPLES / "support_logs.jsonl"), "--output", str(w / "ing"),
@@ -66,7 +68,7 @@ def test_no_credential_or_plugin_token_reaches_any_artifact_or_output(fake_modal
         ["train", "--algorithm", "sft", "--dataset", str(w / "imp" / "curated.jsonl"), "--reward", "tool_calling",
          "--base-model", tiny, "--steps", "2", "--config", str(config), "--output", str(w / "runs" / "sft"),
          "--reward-runtime", "subprocess"],
-        ["evaluate", "--run", str(w / "runs" / "sft"), "--prompts", str(SAMPLES / "validation.jsonl"), "--reward",
+        ["evaluate", "--run", str(w / "runs" / "sft"), "--prompts", str(prompts), "--reward",
          "tool_calling", "--base-model", tiny, "--max-new-tokens", "4", "--output", str(w / "eval"),
          "--reward-runtime", "subprocess"],
         ["deploy", str(w / "runs" / "sft"), "--to", str(w / "registry"), "--force"],
