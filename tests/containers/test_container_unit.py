@@ -68,7 +68,7 @@ def test_container_settings(records, tmp_path):
     opts = launch.options("tok")
     assert opts["image"] == "sha256:abc"
     assert opts["environment"] == {"STATESET_PLUGIN_TOKEN": "tok", "HOME": "/tmp"}  # no host pid: other namespace
-    assert opts["user"] == f"{os.getuid()}:{os.getgid()}"
+    assert opts["user"] == (f"{os.getuid()}:{os.getgid()}" if os.getuid() else "10001:0")  # never root
     assert opts["ports"] == {"50051/tcp": ("127.0.0.1", None)}  # loopback only, a free host port
     assert opts["volumes"] == {str(tmp_path): {"bind": "/artifacts", "mode": "rw"}}
     assert opts["labels"]["org.stateset.run-id"] == "run-42"

@@ -68,7 +68,8 @@ def test_a_trainer_in_its_image_is_healthy_and_trains_the_tiny_model(docker_clie
         assert 1 in trainer.contract_versions
         (box,) = _ours(docker_client, "run-trainer")
         assert box.image.id == trainer_image["id"]
-        assert box.attrs["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
+        # the invoking user; never root (a root kernel runs it as the images' user, SECURITY.md)
+        assert box.attrs["Config"]["User"] == (f"{os.getuid()}:{os.getgid()}" if os.getuid() else "10001:0")
         assert box.labels["org.stateset.component"] == "trainer:grpo"
         assert not box.attrs["HostConfig"].get("DeviceRequests")  # a CPU build: no GPU asked for
         assert {m["Destination"] for m in box.attrs["Mounts"]} == {"/artifacts"}

@@ -44,8 +44,8 @@ def _leaks(root: Path, needles: dict[str, str]) -> list[str]:
     return found
 
 
-def test_no_credential_or_plugin_token_reaches_any_artifact_or_output(fake_modal, tiny_model_dir, tmp_path,  # noqa: F811
-                                                                      monkeypatch, capfd, caplog):
+def test_no_credential_or_plugin_token_reaches_any_artifact_or_output(  # noqa: F811 - fake_modal, the fixture
+        fake_modal, tiny_model_dir, tmp_path, monkeypatch, capfd, caplog):
     caplog.set_level(logging.DEBUG)
     canaries = {name: f"CANARY{i}x{name.lower()}x7f3a9c" for i, name in enumerate(CREDENTIALS)}
     for name, value in canaries.items():
