@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+FAULTS = ("500", "timeout", "drop", "partial")
 NAMES = ("claim", "record", "lookup", "all_runs", "spawn", "call_state", "cancel", "read_file", "reported_cost",
          "stop_app", "upload_files", "deploy_chat", "chat_call")
 
@@ -22,6 +23,35 @@ class FakeModalSDK:
         self.spawns, self.cancels, self.calls = [], [], {}
         self.volumes = volumes or Path(".")
         self.stopped, self.deploys, self.chat_calls, self.apps, self.expiries = [], [], [], {}, []
+        #: Injected faults by the number of the SDK call they hit (`fail_call`), and the calls made so far.
+        self.faults: dict[int, str] = {}
+        self.sdk_calls = 0
+        self.most_running = 0  # the most spawned calls ever running at once
+
+    def fail_call(self, number: int, fault: str) -> None:
+        """Make SDK call `number` from now fail as Modal's client would: "500" (InternalFailure, nothing done), or
+        done and its answer lost: "timeout" (modal's TimeoutError), "drop" (ConnectionError), "partial" (a reply
+        that does not deserialize)."""
+        assert fault in FAULTS, fault
+        self.faults[self.sdk_calls + number] = fault
+
+    def counted(self, fn):
+        def call(*args, **kwargs):
+            import modal.exception as exc
+
+            self.sdk_calls += 1
+            fault = self.faults.pop(self.sdk_calls, None)
+            if fault == "500":
+                raise exc.InternalFailure("internal server error")
+            result = fn(*args, **kwargs)
+            if fault == "timeout":
+                raise exc.TimeoutError("deadline exceeded")
+            if fault == "drop":
+                raise exc.ConnectionError("connection closed")
+            if fault == "partial":
+                raise exc.DeserializationError("truncated reply")
+            return result
+        return call
 
     def claim(self, run_id, entry, sdk=None):
         if run_id in self.runs:
@@ -41,7 +71,12 @@ class FakeModalSDK:
     def spawn(self, run_id, **kw):
         self.spawns.append(kw)
         self.calls[f"fc-{len(self.spawns)}"] = ("running", None)
+        self.most_running = max(self.most_running, self.running())
         return f"fc-{len(self.spawns)}"
+
+    def running(self) -> int:
+        """Spawned calls still running (a stopped app ends its calls)."""
+        return sum(state == "running" for state, _ in self.calls.values())
 
     def call_state(self, call_id, sdk=None):
         return self.calls[call_id]
@@ -63,6 +98,9 @@ class FakeModalSDK:
     def stop_app(self, app_name, sdk=None):
         self.stopped.append(app_name)
         self.apps.pop(app_name, None)
+        for number, spawned in enumerate(self.spawns, start=1):
+            if spawned["app_name"] == app_name and self.calls[f"fc-{number}"][0] == "running":
+                self.calls[f"fc-{number}"] = ("terminated", "app stopped")
 
     def upload_files(self, volume, local_dir, files, remote_dir, listing, sdk=None):
         target = self.volumes / volume / remote_dir
@@ -101,7 +139,7 @@ def fake_modal(monkeypatch):
 
     fake = FakeModalSDK(Path(os.environ["STATESET_AGENTS_STATE_DIR"]).parent / "modal-volumes")
     for name in NAMES:
-        monkeypatch.setattr(modal_sdk, name, getattr(fake, name))
+        monkeypatch.setattr(modal_sdk, name, fake.counted(getattr(fake, name)))
     # the container ends itself at the deadline; here the timer is only recorded
     monkeypatch.setattr(chat_host, "expire_at", lambda deadline: fake.expiries.append(deadline))
     monkeypatch.setattr(chat_host, "_VOLUME_HOSTS", {})

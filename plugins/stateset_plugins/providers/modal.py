@@ -34,6 +34,36 @@ CHAT_IDLE_S = 60  # a chat container scales down this long after its last turn
 CHAT_DIR = f"chat/{MODEL_DIR}"  # on the run's volume: the adapter, manifest.json and files.json
 
 
+class _Guarded:
+    """modal_sdk's functions (looked up at each call, so a test's fake of them applies), their failures (Modal
+    unreachable, a timeout, a cut reply) StatesetErrors naming the call, never the SDK's exceptions."""
+
+    def __getattr__(self, name: str):
+        fn = getattr(modal_sdk, name)
+
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except (StatesetError, FileNotFoundError, KeyError):
+                raise  # ours, and the answers read_file and chat_call give on purpose
+            except Exception as exc:  # noqa: BLE001 - modal's, grpclib's and the network's errors alike
+                if type(exc).__name__ == "NotFoundError":
+                    raise  # an answer ("not there"), which callers read as such
+                raise StatesetError(f"modal API {name} failed: {type(exc).__name__}: "
+                                    f"{str(exc).splitlines()[0][:300] if str(exc) else ''}") from None
+        return call
+
+
+_api = _Guarded()
+
+
+def _quietly(fn, *args) -> None:
+    try:
+        fn(*args)
+    except StatesetError:
+        pass  # best effort on a path that is failing already: the entry left says what may be running
+
+
 def _names(run_id: str) -> dict[str, str]:
     base = common.resource_name(run_id)
     return {"app": base, "volume": base}
@@ -67,31 +97,46 @@ class ModalProvider(Provider):
         run_id, names = plan["run_id"], _names(plan["run_id"])
         created = time.time()
         deadline = common.deadline_for(plan, created)
-        claimed, existing = modal_sdk.claim(run_id, {"state": "creating", "created_at": created,
-                                                     "deadline_at": deadline})
+        rate = float(plan["quote"]["usd_per_gpu_hour"]) * int(plan["gpu"]["count"])
+        entry = {"state": "creating", "created_at": created, "deadline_at": deadline, "rate": rate}
+        claimed, existing = _api.claim(run_id, entry)
         if not claimed:
-            return {"job_id": (existing or {}).get("call_id"), "created_at": (existing or {}).get("created_at"),
-                    "deadline_at": (existing or {}).get("deadline_at"), "attached": True}
+            if (existing or {}).get("call_id"):
+                return {"job_id": existing["call_id"], "created_at": existing.get("created_at"),
+                        "deadline_at": existing.get("deadline_at"), "attached": True}
+            # An earlier launch ended before it recorded a call id (its answer lost, or it died): whatever it
+            # spawned is stopped with its app before this launch spawns, so two never run at once.
+            _api.stop_app(names["app"])
+            _api.record(run_id, entry)
         env = {jobs.RUN_ID_ENV: run_id, jobs.DEADLINE_ENV: f"{deadline:.0f}", jobs.PROVIDER_ENV: "modal",
                "STATESET_VOLUME": names["volume"]}
         gpu = plan["gpu"]["id"] + (f":{plan['gpu']['count']}" if int(plan["gpu"]["count"]) > 1 else "")
-        call_id = modal_sdk.spawn(run_id, app_name=names["app"], image_ref=image, gpu=gpu,
-                                  timeout_s=int(float(plan["max_hours"]) * 3600), volume=names["volume"], env=env,
-                                  bundle_b64=plan["bundle"]["b64"], bundle_sha256=plan["bundle"]["sha256"])
-        rate = float(plan["quote"]["usd_per_gpu_hour"]) * int(plan["gpu"]["count"])
-        modal_sdk.record(run_id, {"state": "spawned", "call_id": call_id, "created_at": created,
-                                  "deadline_at": deadline, "rate": rate})
+        try:
+            call_id = _api.spawn(run_id, app_name=names["app"], image_ref=image, gpu=gpu,
+                                 timeout_s=int(float(plan["max_hours"]) * 3600), volume=names["volume"], env=env,
+                                 bundle_b64=plan["bundle"]["b64"], bundle_sha256=plan["bundle"]["sha256"])
+        except StatesetError:
+            _quietly(_api.stop_app, names["app"])  # the spawn may have happened: nothing runs that no entry names
+            _quietly(_api.record, run_id, {**entry, "state": "abandoned"})
+            raise
+        try:
+            _api.record(run_id, {**entry, "state": "spawned", "call_id": call_id})
+        except StatesetError:
+            _quietly(_api.cancel, call_id, names["app"])  # a call no entry names would run unwatched
+            _quietly(_api.record, run_id, {**entry, "state": "abandoned"})
+            raise
         return {"job_id": call_id, "created_at": created, "deadline_at": deadline, "attached": False}
 
     def status(self, run_id):
         self._credentials()
-        entry = modal_sdk.lookup(run_id)
+        entry = _api.lookup(run_id)
         if entry and entry.get("kind") == "chat":
             return self._chat_status(run_id, entry)
         if not entry or not entry.get("call_id"):
-            state = "pending" if entry else "missing"
-            return {"run_id": run_id, "state": state, "uptime_s": 0, "cost_per_hour": 0.0}
-        state, message = modal_sdk.call_state(entry["call_id"])
+            # no call recorded: none to follow (a launch that lost its call's id left it stopped, or stops it when
+            # launched again), so a retry launches rather than attaching to nothing
+            return {"run_id": run_id, "state": "missing", "uptime_s": 0, "cost_per_hour": 0.0}
+        state, message = _api.call_state(entry["call_id"])
         worker = self._worker_status(run_id)
         if entry.get("state") == "terminated":
             state = "terminated"
@@ -104,7 +149,7 @@ class ModalProvider(Provider):
         if entry.get("stop_requested"):
             status["stop_requested"] = True
         try:
-            reported = modal_sdk.reported_cost(run_id, float(entry["created_at"]))
+            reported = _api.reported_cost(run_id, float(entry["created_at"]))
         except Exception:  # noqa: BLE001 - the report is a second opinion; uptime x rate always applies
             reported = None
         if reported is not None:
@@ -114,7 +159,7 @@ class ModalProvider(Provider):
     def _read(self, run_id: str, path: str) -> bytes | None:
         """A file of the run's volume; None while it is not there (not written, or not committed yet)."""
         try:
-            return modal_sdk.read_file(_names(run_id)["volume"], path)
+            return _api.read_file(_names(run_id)["volume"], path)
         except Exception as exc:  # noqa: BLE001 - only "not there" means None; anything else is an error
             if isinstance(exc, FileNotFoundError) or type(exc).__name__ == "NotFoundError":
                 return None
@@ -127,14 +172,14 @@ class ModalProvider(Provider):
     def stop(self, run_id):
         """Cooperative: "stop_requested" in the run's Dict entry; the container writes the worker's stop file."""
         self._credentials()
-        entry = modal_sdk.lookup(run_id)
+        entry = _api.lookup(run_id)
         if not entry or entry.get("kind") == "chat" or not entry.get("call_id"):
             return {"run_id": run_id, "requested": False, "message": "no such job" if not entry else
                     "nothing to stop cooperatively (terminate it)"}
         state = self.status(run_id)["state"]
         if state not in ("pending", "running"):
             return {"run_id": run_id, "requested": False, "message": f"the job is already {state}"}
-        modal_sdk.record(run_id, {**entry, "stop_requested": True, "stop_requested_at": time.time()})
+        _api.record(run_id, {**entry, "stop_requested": True, "stop_requested_at": time.time()})
         return {"run_id": run_id, "requested": True,
                 "message": f"the container relays it within {modal_sdk.RELAY_S:g}s; the worker saves a full "
                            "checkpoint after the current update and ends (state stopped)"}
@@ -145,27 +190,37 @@ class ModalProvider(Provider):
 
     def terminate(self, run_id):
         self._credentials()
-        entry = modal_sdk.lookup(run_id)
+        entry = _api.lookup(run_id)
         if entry and entry.get("kind") == "chat" and entry.get("state") != "terminated":
-            modal_sdk.stop_app(_names(run_id)["app"])
-            modal_sdk.record(run_id, {**entry, "state": "terminated", "finished_at": time.time()})
+            _api.stop_app(_names(run_id)["app"])
+            _api.record(run_id, {**entry, "state": "terminated", "finished_at": time.time()})
+            return {"run_id": run_id, "terminated": True}
+        if entry and entry.get("state") == "creating" and not entry.get("call_id"):
+            _api.stop_app(_names(run_id)["app"])  # a launch that never recorded its call: stop what it spawned
+            _api.record(run_id, {**entry, "state": "terminated", "finished_at": time.time()})
             return {"run_id": run_id, "terminated": True}
         if not entry or not entry.get("call_id") or entry.get("state") == "terminated":
             return {"run_id": run_id, "terminated": False}
-        modal_sdk.cancel(entry["call_id"], _names(run_id)["app"])
-        modal_sdk.record(run_id, {**entry, "state": "terminated", "finished_at": time.time()})
+        _api.cancel(entry["call_id"], _names(run_id)["app"])
+        _api.record(run_id, {**entry, "state": "terminated", "finished_at": time.time()})
         return {"run_id": run_id, "terminated": True}
 
     def list_jobs(self):
         self._credentials()
         found = []
-        for run_id, entry in modal_sdk.all_runs():
+        for run_id, entry in _api.all_runs():
             if entry.get("kind") == "chat" and entry.get("state") != "terminated":
                 found.append(self._chat_status(run_id, entry))
                 continue
+            if entry.get("state") == "creating" and not entry.get("call_id"):
+                # a launch that never recorded its call: it may have spawned one, findable only by its app
+                found.append({"run_id": run_id, "job_id": _names(run_id)["app"], "state": "pending",
+                              "uptime_s": time.time() - float(entry["created_at"]),
+                              "cost_per_hour": entry.get("rate", 0), "deadline_at": entry.get("deadline_at")})
+                continue
             if entry.get("state") == "terminated" or not entry.get("call_id"):
                 continue
-            state, _ = modal_sdk.call_state(entry["call_id"])
+            state, _ = _api.call_state(entry["call_id"])
             found.append({"run_id": run_id, "job_id": entry["call_id"], "state": state,
                           "uptime_s": time.time() - float(entry["created_at"]), "cost_per_hour": entry.get("rate", 0),
                           "deadline_at": entry.get("deadline_at")})
@@ -174,7 +229,7 @@ class ModalProvider(Provider):
     def artifacts(self, request):
         self._credentials()
         try:
-            return json.loads(modal_sdk.read_file(_names(request["run_id"])["volume"], "job/receipt.json"))
+            return json.loads(_api.read_file(_names(request["run_id"])["volume"], "job/receipt.json"))
         except Exception:  # noqa: BLE001 - no receipt (yet)
             return {"run_id": request["run_id"], "state": "missing", "files": []}
 
@@ -182,7 +237,7 @@ class ModalProvider(Provider):
         import base64
 
         rel = jobs.safe_relpath(str(request["path"]))
-        data = modal_sdk.read_file(_names(request["run_id"])["volume"], f"job/run/{rel}")
+        data = _api.read_file(_names(request["run_id"])["volume"], f"job/run/{rel}")
         offset, length = int(request.get("offset") or 0), int(request.get("length") or (1 << 20))
         part = data[offset:offset + length]
         return {"data_b64": base64.b64encode(part).decode(), "eof": offset + len(part) >= len(data)}
@@ -196,23 +251,23 @@ class ModalProvider(Provider):
         entry = {"kind": "chat", "state": "creating", "created_at": created,
                  "deadline_at": created + float(request["max_minutes"]) * 60.0,
                  "rate": float(quote["usd_per_gpu_hour"]), "run_id": request["run_id"]}
-        claimed, existing = modal_sdk.claim(session_id, entry)
+        claimed, existing = _api.claim(session_id, entry)
         if not claimed and (existing or {}).get("state") != "terminated":
             return {"job_id": _names(session_id)["app"], "created_at": existing["created_at"],
                     "deadline_at": existing["deadline_at"], "attached": True}
         if not claimed:  # taking over a closed session's key (a claim already stored the entry)
-            modal_sdk.record(session_id, entry)
+            _api.record(session_id, entry)
         listing = request["adapter"]
         volume = _names(request["run_id"])["volume"]
-        modal_sdk.upload_files(volume, listing["dir"], listing["files"], CHAT_DIR,
+        _api.upload_files(volume, listing["dir"], listing["files"], CHAT_DIR,
                                json.dumps({"sha256": listing["sha256"], "files": listing["files"]}).encode())
         env = {jobs.RUN_ID_ENV: session_id, jobs.DEADLINE_ENV: f"{entry['deadline_at']:.0f}",
                jobs.PROVIDER_ENV: "modal"}
-        modal_sdk.deploy_chat(session_id, run_id=request["run_id"], app_name=_names(session_id)["app"],
+        _api.deploy_chat(session_id, run_id=request["run_id"], app_name=_names(session_id)["app"],
                               image_ref=quote["image"]["ref"], gpu=quote["gpu"],
                               timeout_s=max(60, int(float(request["max_minutes"]) * 60)), idle_s=CHAT_IDLE_S,
                               volume=volume, env=env)
-        modal_sdk.record(session_id, {**entry, "state": "deployed"})
+        _api.record(session_id, {**entry, "state": "deployed"})
         return {"job_id": _names(session_id)["app"], "created_at": created, "deadline_at": entry["deadline_at"],
                 "attached": False}
 
@@ -226,10 +281,10 @@ class ModalProvider(Provider):
     def chat_turn(self, request):
         self._credentials()
         session_id = request["session_id"]
-        entry = modal_sdk.lookup(session_id)
+        entry = _api.lookup(session_id)
         if not entry or entry.get("kind") != "chat" or entry.get("state") != "deployed":
             raise StatesetError(f"chat session {session_id} is not open on modal")
         if time.time() >= float(entry["deadline_at"]):
             raise StatesetError(f"chat session {session_id} is past its deadline")
-        return modal_sdk.chat_call(_names(session_id)["app"], {k: v for k, v in request.items()
+        return _api.chat_call(_names(session_id)["app"], {k: v for k, v in request.items()
                                                               if k != "session_id"})
