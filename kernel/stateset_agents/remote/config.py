@@ -22,6 +22,10 @@ _PROPERTIES: dict[str, Any] = {
     "init_adapter": {"type": ["string", "null"],
                      "description": "A parent run's adapter directory (RUN/adapter) to start from."},
     "base_model": {"type": ["string", "null"], "description": "Hub id or path on the remote side."},
+    "base_model_revision": {"type": ["string", "null"], "pattern": r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$",
+                            "description": "The hub revision of base_model (a branch, a tag or a commit sha), "
+                                           "loaded as from_pretrained(revision=...) and recorded in the plan and "
+                                           "the run's manifest; only with a hub id."},
     "algorithm": {"description": "The trainer (a trainer component that declares \"remote\")."},
     "reward": {"type": ["string", "null"], "description": "Reward component (required by the trainer)."},
     "reward_config": {"type": "object"},
@@ -79,6 +83,7 @@ def validation_errors(config: Any, *, base: Path | None = None) -> list[tuple[st
             value = config.get(key)
             if isinstance(value, str) and value and not resolve_path(value, base).is_file():
                 errors.append((key, f"file not found: {value}"))
+        errors += _revision_errors(config.get("base_model"), config.get("base_model_revision"), base)
         parent = config.get("init_adapter")
         if isinstance(parent, str) and parent and not (resolve_path(parent, base) / "adapter_model.safetensors").is_file():
             errors.append(("init_adapter", f"not an adapter directory (no adapter_model.safetensors): {parent}"))
@@ -101,6 +106,23 @@ def validation_errors(config: Any, *, base: Path | None = None) -> list[tuple[st
             except InputError as exc:
                 errors.append(("dataset", str(exc)))
     return errors
+
+
+def _revision_errors(model: Any, revision: Any, base: Path | None) -> list[tuple[str, str]]:
+    """A revision is a git ref or sha of a hub repo: no `..`, `//` or `@{`, no trailing `/`, `.` or `.lock`
+    (git's own rules), and only beside a hub id (a local path or file has no revisions)."""
+    if not isinstance(revision, str) or not revision:
+        return []
+    if any(bad in revision for bad in ("..", "//", "@{")) or revision.endswith(("/", ".", ".lock")):
+        return [("base_model_revision", f"{revision!r} is not a git ref or commit sha")]
+    if not isinstance(model, str) or not model:
+        return [("base_model_revision", "a revision needs base_model, a hub id (the default model is a local "
+                                        "file, which has no revisions)")]
+    local = Path(model).expanduser()
+    if local.is_absolute() or model.startswith((".", "~")) or model.endswith(".gguf") or \
+            resolve_path(model, base).exists():
+        return [("base_model_revision", f"a revision applies to a hub id; base_model {model} is a local path")]
+    return []
 
 
 def resolve_path(value: str, base: Path | None) -> Path:

@@ -87,7 +87,8 @@ def place_resume(job: Path, config: dict[str, Any]) -> None:
 def _base_request(job: Path, config: dict[str, Any]) -> dict[str, Any]:
     return {"algorithm": config["algorithm"], "dataset": str(job / config["dataset"]),
             "eval_prompts": str(job / config["eval_prompts"]) if config.get("eval_prompts") else None,
-            "base_model": config.get("base_model"), "reward": config.get("reward"),
+            "base_model": config.get("base_model"), "base_model_revision": config.get("base_model_revision"),
+            "reward": config.get("reward"),
             "reward_config": config.get("reward_config") or {}, "config": config.get("training") or {},
             "output": str(job / "run"), "eval": config.get("eval") or {},
             "init_adapter": str(job / config["init_adapter"]) if config.get("init_adapter") else None,

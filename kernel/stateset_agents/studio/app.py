@@ -183,7 +183,7 @@ class StudioApp(App):
         self._algorithms()
         if c.get("reward") in actions.rewards():
             form.query_one("#cfg-reward", Select).value = c["reward"]
-        for key in ("base_model", "max_cost_usd", "max_hours", "gpu"):
+        for key in ("base_model", "base_model_revision", "max_cost_usd", "max_hours", "gpu"):
             value = c.get(key)
             form.query_one(f"#cfg-{key}", Input).value = "" if value is None else str(value)
         training = c.get("training") or {}
@@ -231,7 +231,8 @@ class StudioApp(App):
         for key in ("provider", "algorithm", "reward"):
             value = form.query_one(f"#cfg-{key}", Select).value
             config[key] = None if value is Select.NULL else value
-        config["base_model"] = form.query_one("#cfg-base_model", Input).value.strip() or None
+        for key in ("base_model", "base_model_revision"):
+            config[key] = form.query_one(f"#cfg-{key}", Input).value.strip() or None
         config["gpu"] = form.query_one("#cfg-gpu", Input).value.strip() or None
         for key in ("max_cost_usd", "max_hours"):
             config[key] = _number(form.query_one(f"#cfg-{key}", Input).value, key, problems)

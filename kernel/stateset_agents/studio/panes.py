@@ -106,6 +106,9 @@ class ConfigurePane(VerticalScroll):
         yield from field("base_model", "base model", Input(placeholder="offline default (SmolLM2-135M-Instruct); "
                                                                        "a path or hub id", id="cfg-base_model",
                                                                        compact=True))
+        yield from field("base_model_revision", "revision", Input(placeholder="with a hub id: a branch, tag or "
+                                                                              "commit sha", compact=True,
+                                                                  id="cfg-base_model_revision"))
         for key, label in actions.FORM_FIELDS.items():
             yield from field(f"training.{key}", label, Input(id=f"cfg-training-{key}", compact=True))
         yield from field("max_cost_usd", "cap USD", Input(placeholder="required: the most the run may spend",
@@ -148,8 +151,9 @@ class ReviewPane(VerticalScroll):
                       f"  written to {actions.rel(plan.get('_workspace'), workspace)}/plan.json",
                       f"  provider {plan['provider']}, GPU {plan['gpu']['id']} x{plan['gpu']['count']}, max hours "
                       f"{plan['max_hours']}",
-                      f"  {config.get('algorithm')} on {config.get('base_model') or 'the offline default model'}, "
-                      f"reward {config.get('reward')}",
+                      f"  {config.get('algorithm')} on {config.get('base_model') or 'the offline default model'}"
+                      + (f" at revision {config['base_model_revision']}" if config.get("base_model_revision")
+                         else "") + f", reward {config.get('reward')}",
                       f"  dataset sha256 {plan['inputs']['dataset']['sha256'][:16]}..., config sha256 "
                       f"{plan['config_sha256'][:16]}..."]
             shown = ", ".join(f"{label} {_fmt(training[k])}" for k, label in actions.FORM_FIELDS.items()

@@ -93,8 +93,9 @@ def convert_gguf(path: Path) -> tuple[Path, dict[str, Any]]:
     return target, info
 
 
-def load_base_model(spec: str | None) -> tuple[Any, Any, dict[str, Any]]:
-    """(model, tokenizer, identity) for a directory, a .gguf file, a hub id, or None (the offline default)."""
+def load_base_model(spec: str | None, revision: str | None = None) -> tuple[Any, Any, dict[str, Any]]:
+    """(model, tokenizer, identity) for a directory, a .gguf file, a hub id, or None (the offline default);
+    `revision` (a branch, tag or commit sha) pins a hub id, and the identity records it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if spec == TINY_RANDOM:
@@ -116,10 +117,14 @@ def load_base_model(spec: str | None) -> tuple[Any, Any, dict[str, Any]]:
                 info[f"{name}_sha256"] = sha256_file(Path(spec) / name)
     else:
         source = str(spec)
-        info = {"source": "hub", "id": source}
+        info = {"source": "hub", "id": source, **({"requested_revision": revision} if revision else {})}
+    if revision and info["source"] != "hub":
+        raise InputError(f"a revision applies to a hub id; base model {spec or '(offline default)'} is "
+                         f"{info['source']}", field="base_model_revision")
+    pinned = {"revision": revision} if revision else {}
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, dtype="float32")
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype="float32", **pinned)
+        tokenizer = AutoTokenizer.from_pretrained(source, **pinned)
     except OSError as exc:
         raise InputError(f"cannot load base model {spec!r}: {exc}", field="base_model") from None
     if info["source"] == "hub":

@@ -149,7 +149,7 @@ def _train(request, reward, stop, handle_signals, objective, world) -> Iterator[
             model = None
             backend = {**backend, "base_model": request.get("base_model")}
         else:
-            model, tokenizer, info = load_base_model(request.get("base_model"))
+            model, tokenizer, info = load_base_model(request.get("base_model"), request.get("base_model_revision"))
         trainer, cls = None, trainer_class(type(objective))
         try:
             trainer = cls(model, tokenizer, reward=grader, dataset=dataset, config=config,
