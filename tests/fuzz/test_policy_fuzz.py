@@ -128,3 +128,24 @@ def test_an_expression_compiles_or_is_refused_and_evaluates_without_raising(sour
         evaluator.evaluate(expression)
     except InputError as exc:  # a function no policy may call
         assert "unknown function" in str(exc)
+
+
+@functools.lru_cache(maxsize=None)
+def shipped_rewards() -> tuple[NSRReward, ...]:
+    return tuple(NSRReward({"policy": load_policy_file(path)}) for path in POLICY_FILES)
+
+
+@given(which=st.integers(0, len(POLICY_FILES) - 1), conv=st.sampled_from(range(4)), data=st.data())
+@examples(60)
+def test_a_shipped_policy_grades_mutated_real_conversations(which, conv, data):
+    """The conversations `improve run` accepts (a string role on every message), mutated anywhere else: graded
+    with scores in [0, 1], never an exception."""
+    from stateset_agents.pipeline.grading import check_conversation
+
+    conversation = data.draw(mutated(json.loads(json.dumps(conversations()[conv]))))
+    try:
+        conversation, turns, _ = check_conversation(conversation, "transcripts.jsonl", 1)
+    except InputError:
+        return
+    for grade in shipped_rewards()[which].grade_conversation(conversation, turns):
+        assert 0.0 <= grade.score <= 1.0 and isinstance(grade.applicable, bool)
