@@ -56,8 +56,9 @@ def _os_error(exc: OSError) -> str:
     reason = exc.strerror or str(exc)
     if exc.filename is None:
         return f"{reason} (the file was not named)"
-    verb = "cannot write" if exc.errno in _DISK_ERRORS else "cannot use"
-    return f"{verb} {exc.filename}: {reason}"
+    if exc.errno in _DISK_ERRORS:  # a copy names its source first and the file it was writing second
+        return f"cannot write {exc.filename2 or exc.filename}: {reason}"
+    return f"cannot use {exc.filename}: {reason}"
 
 
 if __name__ == "__main__":

@@ -192,38 +192,78 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
-    """Write to a temp file beside `path`, fsync, and rename over it only if the block succeeds. A write that
-    fails (ENOSPC, EFBIG) raises OSError naming `path`; the old file, if any, is untouched."""
-    if mode not in ("wb", "w", "w+b"):
-        raise ValueError(f"atomic_write: unsupported mode {mode!r}")
-    path = Path(path)
-    shown = str(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_dead_temps(path)
-        fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise _named(exc, shown)
-    try:
-        # A large buffer: JSONL outputs are written a row at a time, and each flush of the default 8 KiB is a
-        # system call.
-        raw = io.FileIO(fd, "w+" if mode == "w+b" else "w")
-        buffered = (_RandomWriter if mode == "w+b" else _Writer)(raw, buffer_size=_BUFFER)
-        buffered.shown = shown
-        with (io.TextIOWrapper(buffered, encoding="utf-8") if mode == "w" else buffered) as f:
-            yield f
+class AtomicOutputs:
+    """Outputs written together (`atomic_outputs`): each to a temp file beside it; at the end every file is
+    flushed and fsynced before any is renamed, so a full disk on any of them leaves all the old ones in place."""
+
+    def __init__(self) -> None:
+        self._files: list[tuple[Path, str, IO]] = []
+
+    def open(self, path: str | os.PathLike, mode: str = "wb") -> IO:
+        if mode not in ("wb", "w", "w+b"):
+            raise ValueError(f"atomic_write: unsupported mode {mode!r}")
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _remove_dead_temps(path)
+            fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.", suffix=".tmp", dir=path.parent)
+        except OSError as exc:
+            raise _named(exc, str(path))
+        try:
+            # A large buffer: JSONL outputs are written a row at a time, and each flush of the default 8 KiB is a
+            # system call.
+            raw = io.FileIO(fd, "w+" if mode == "w+b" else "w")
+            buffered = (_RandomWriter if mode == "w+b" else _Writer)(raw, buffer_size=_BUFFER)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp)
+            raise
+        buffered.shown = str(path)
+        f = io.TextIOWrapper(buffered, encoding="utf-8") if mode == "w" else buffered
+        self._files.append((path, tmp, f))
+        return f
+
+    def _commit(self) -> None:
+        for path, _, f in self._files:
             f.flush()
             try:
                 os.fsync(f.fileno())
             except OSError as exc:
-                raise _named(exc, shown)
-        os.replace(tmp, path)
+                raise _named(exc, str(path))
+            f.close()
+        for path, tmp, _ in reversed(self._files):  # the first opened is renamed last (a summary marks the set)
+            os.replace(tmp, path)
+        self._files.clear()
+
+    def _discard(self) -> None:
+        for _, tmp, f in self._files:
+            with contextlib.suppress(OSError, ValueError):
+                f.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        self._files.clear()
+
+
+@contextlib.contextmanager
+def atomic_outputs() -> Iterator[AtomicOutputs]:
+    """`outputs.open(path, mode)` for each file of a set; all are renamed into place only if the block and every
+    file's flush succeed, the first opened last. A write that fails (ENOSPC, EFBIG) raises OSError naming its
+    file; then no file of the set is replaced."""
+    outputs = AtomicOutputs()
+    try:
+        yield outputs
+        outputs._commit()
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        outputs._discard()
         raise
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+    """Write to a temp file beside `path`, fsync, and rename over it only if the block succeeds. A write that
+    fails (ENOSPC, EFBIG) raises OSError naming `path`; the old file, if any, is untouched."""
+    with atomic_outputs() as outputs:
+        yield outputs.open(path, mode)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

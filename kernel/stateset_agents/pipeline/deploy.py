@@ -12,6 +12,7 @@ built in a hidden temporary folder and renamed into place, so a registry never h
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import time
@@ -77,11 +78,11 @@ def deploy(run: str | Path, registry: str | Path, *, name: str | None = None, fo
     if tmp.exists():
         shutil.rmtree(tmp)
     try:
-        shutil.copytree(run / "adapter", tmp / "adapter")
+        _copy_tree(run / "adapter", tmp / "adapter")
         for filename in COPIED_FILES:
             source = promotion_file if filename == PROMOTION else run / filename
             if source is not None and source.exists():
-                shutil.copy2(source, tmp / filename)
+                _copy(source, tmp / filename)
         files = {p.relative_to(tmp).as_posix(): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         entry = seal({
             "schema_version": ENTRY_SCHEMA, "name": name,
@@ -93,10 +94,33 @@ def deploy(run: str | Path, registry: str | Path, *, name: str | None = None, fo
         })
         write_json(tmp / ENTRY, entry)
         os.rename(tmp, final)  # atomic on one filesystem; fails rather than merge if `final` appeared meanwhile
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError) and str(exc.filename or "").startswith(f"{tmp}{os.sep}"):
+            exc.filename = str(final) + exc.filename[len(str(tmp)):]  # the entry's file, not the hidden copy's
         raise
     return {**entry, "path": str(final)}
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    """shutil.copytree, but a file that cannot be written (a full disk) fails at once naming it, where copytree
+    gathers every failure into one shutil.Error that names no errno."""
+    target.mkdir(parents=True)
+    for path in sorted(source.rglob("*")):
+        if path.is_dir():
+            (target / path.relative_to(source)).mkdir(parents=True, exist_ok=True)
+        else:
+            _copy(path, target / path.relative_to(source))
+
+
+def _copy(source: Path, target: Path) -> None:
+    try:
+        shutil.copy2(source, target)
+    except OSError as exc:
+        # a failed write(2) names nothing, a failed sendfile(2) names the source first: a full disk is the target's
+        if exc.filename is None or exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            exc.filename, exc.filename2 = str(target), None
+        raise
 
 
 def _remove_dead_entries(registry: Path, name: str) -> None:

@@ -37,7 +37,7 @@ import orjson
 
 from ..core._version import __version__
 from ..core.errors import InputError
-from ..core.jsonio import atomic_write, dumps, load_json, rare_gc, read_jsonl_lines, sha256_file
+from ..core.jsonio import atomic_outputs, dumps, load_json, rare_gc, read_jsonl_lines, sha256_file
 from ..plugin_api.splits import LEGACY_HELD_OUT, SPLIT_FILES, TEST, VALIDATION
 from .curated_rows import CuratedSink, Sink
 from .grading import Curation, GradeTask, Merger, Tally, check_conversation, final_counts
@@ -188,14 +188,14 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
         # hashlib releases the GIL on large blocks, so the input's digest costs no time beside the parsing; at a low
         # priority, so that it takes no core from an out-of-process reward either.
         input_sha = hasher.submit(_background_digest, src)
-        with contextlib.ExitStack() as files:
-            # Entered first, so renamed last: the summary marks a complete set of outputs.
-            summary_file = files.enter_context(atomic_write(out / SUMMARY))
-            next_file = files.enter_context(atomic_write(out / NEXT_STEPS, "w"))
-            curated_sink = CuratedSink(files.enter_context(atomic_write(out / CURATED, "w+b")), out)
-            split_sinks = {role: Sink(files.enter_context(atomic_write(out / name)))
-                           for role, name in SPLIT_FILES.items()}
-            graded_sink = Sink(files.enter_context(atomic_write(out / GRADED)))
+        # One set: nothing is renamed until every file is flushed (a full disk replaces none), and the summary,
+        # opened first, is renamed last: it marks a complete set of outputs.
+        with atomic_outputs() as files:
+            summary_file = files.open(out / SUMMARY)
+            next_file = files.open(out / NEXT_STEPS, "w")
+            curated_sink = CuratedSink(files.open(out / CURATED, "w+b"), out)
+            split_sinks = {role: Sink(files.open(out / name)) for role, name in SPLIT_FILES.items()}
+            graded_sink = Sink(files.open(out / GRADED))
             sinks = (graded_sink, split_sinks, curated_sink)
             options = dict(threshold=threshold, fraction=held_out_fraction, batch_size=batch_size)
             if grader is not None:

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable
 
+import orjson
+
 from ..core.components import Reject, Source
 from ..core.errors import InputError, PluginError
-from ..core.jsonio import atomic_write, canonical_json, dumps_line, sha256_file, write_json
+from ..core.jsonio import atomic_outputs, canonical_json, dumps_line, sha256_file
 from ..core.runtimes import load_component
 from .redact import redact_conversation
 
@@ -270,9 +272,12 @@ def run_ingest(format: str, inputs: str | os.PathLike, output: str | os.PathLike
                          "input on the next run", path=os.fspath(output))
     sources = [Source(path=f, sha256=sha256_file(f), local_path=os.path.abspath(f)) for f in files]
     per_file: list[dict[str, Any]] = []
+    # One set: nothing is renamed until every file is flushed (a full disk replaces none), the summary last.
     with load_component(format, kind="ingestor", config=config, runtime=runtime) as ingestor, \
-            atomic_write(out / TRANSCRIPTS) as transcripts_file, atomic_write(out / REJECTS) as rejects_file:
-        run = _Ingest(_Output(transcripts_file, TRANSCRIPTS), _Output(rejects_file, REJECTS), redact)
+            atomic_outputs() as outputs:
+        summary_file = outputs.open(out / SUMMARY)
+        run = _Ingest(_Output(outputs.open(out / TRANSCRIPTS), TRANSCRIPTS),
+                      _Output(outputs.open(out / REJECTS), REJECTS), redact)
         who = getattr(ingestor, "full_name", f"ingestor:{format}")
         for index, source in enumerate(sources, start=1):
             tally = _Tally()
@@ -292,7 +297,14 @@ def run_ingest(format: str, inputs: str | os.PathLike, output: str | os.PathLike
             run.totals.add(tally)
             per_file.append({"path": source.path, "sha256": source.sha256, **tally.as_dict()})
         component = {"name": who, "version": getattr(ingestor, "version", None), "config": dict(config or {})}
-    summary = {
+        summary = _summary(format, component, redact, per_file, run)
+        summary_file.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+    return summary
+
+
+def _summary(format: str, component: dict[str, Any], redact: bool, per_file: list[dict[str, Any]],
+             run: "_Ingest") -> dict[str, Any]:
+    return {
         "format": format,
         "ingestor": component,
         "redact": redact,
@@ -303,8 +315,6 @@ def run_ingest(format: str, inputs: str | os.PathLike, output: str | os.PathLike
         "redactions": {label: run.redactions[label] for label in REDACTION_LABELS} if redact else None,
         "outputs": {"transcripts": run.transcripts.describe(), "rejects": run.rejects.describe()},
     }
-    write_json(out / SUMMARY, summary)
-    return summary
 
 
 def _progress_reporter(progress: ProgressFn | None, path: str, index: int, files: int,
