@@ -92,3 +92,38 @@ def test_generated_arguments_over_stdio(root, tmp_path):
     errlog.seek(0)
     assert "Traceback" not in errlog.read()  # nothing the server did not expect was logged
     assert sorted(p.name for p in outside.iterdir()) == ["secret.jsonl"]  # nothing written outside the root
+
+
+#: What the fuzzing found, each once as its own case: (tool, arguments, the field the error must name, words in it).
+FOUND = [
+    ("improve_status", {"directory": "é" * 200}, "directory", "each name in it at most 255"),  # was OSError 36
+    ("nominate", {"run": "a" * 300, "checkpoint": 1}, "run", "each name in it at most 255"),
+    ("ingest", {"format": "openai", "input": "~nosuchuser/x", "output": "o"}, "input", "no home directory"),  # RuntimeError
+    ("run_status", {"run_id": "é" * 300}, "run_id", "above the limit of 128"),  # was OSError 36 in the state dir
+    ("run_status", {"run_id": "../../work/logs"}, "run_id", "does not match"),  # read STATE/runs/../../x.json
+    ("improve_audit", {"graded": "sub", "labels": "logs.jsonl"}, "graded", "Is a directory"),  # IsADirectoryError
+    ("ingest", {"format": "", "input": "logs.jsonl", "output": "o"}, "format", "unknown ingestor"),  # no field
+    ("improve_calibrate", {"graded": "logs.jsonl", "output": "o.yaml"}, "label_key", "give labels either"),
+    ("ingest", {"format": "openai", "input": "x" * 5000, "output": "o"}, "input", "5000 characters long"),  # echoed
+]
+
+
+def test_what_fuzzing_found(root):
+    """Regressions, in process (the SDK's own client against the same server object)."""
+    import anyio
+    from mcp.client import Client
+
+    from stateset_agents.mcp.roots import Roots
+    from stateset_agents.mcp.server import Options, build
+
+    (root / "sub").mkdir()
+
+    async def scenario():
+        async with Client(build(Options(roots=Roots([root])))) as client:
+            for name, args, field, words in FOUND:
+                result = await client.call_tool(name, args)
+                text = result.content[0].text
+                assert result.is_error and not BUG.search(text), (name, text[:300])
+                assert f"(field '{field}')" in text and words in text and len(text) < 1000, (name, text[:300])
+
+    anyio.run(scenario)

@@ -1,5 +1,6 @@
 """Roots.path, the one place a tool's path argument is resolved: for any string, either a path inside a root (after
-every `..` and symlink) or an InputError naming the field; never an OSError from a later stat of it."""
+every `..` and symlink) or an InputError naming the field; never an OSError from a later stat of it. Also:
+train_remote_plan refuses a hub revision beside a local model path, naming the field, before any quote."""
 from __future__ import annotations
 
 import os
@@ -63,3 +64,27 @@ def test_escapes_are_refused_and_the_symlink_is_named(roots):
         with pytest.raises(InputError) as caught:
             finder.path(value, "input")
         assert caught.value.field == "input"
+
+
+def test_train_remote_plan_refuses_a_revision_beside_a_local_model(root):
+    """The shared config's revision rule, through the tool (in process: the SDK's own client), before any quote."""
+    import anyio
+    from mcp.client import Client
+
+    from stateset_agents.mcp.roots import Roots
+    from stateset_agents.mcp.server import Options, build
+
+    async def scenario():
+        async with Client(build(Options(roots=Roots([root])))) as client:
+            base = {"provider": "local", "dataset": "logs.jsonl", "max_cost_usd": 1, "base_model_revision": "main"}
+            for model, said in (("/models/local", "a revision applies to a hub id"),
+                                (None, "a revision needs base_model")):
+                args = {**base, **({"base_model": model} if model else {})}
+                result = await client.call_tool("train_remote_plan", args)
+                text = result.content[0].text
+                assert result.is_error and said in text and "(field 'base_model_revision')" in text, text
+            result = await client.call_tool("train_remote_plan", {**base, "base_model_revision": "a..b"})
+            assert result.is_error and "not a git ref" in result.content[0].text
+        assert not (root / "runs").exists()
+
+    anyio.run(scenario)

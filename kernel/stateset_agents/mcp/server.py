@@ -173,6 +173,12 @@ async def _run(tool: Tool, call: Call, ctx) -> types.CallToolResult:
             return "error", str(exc) + (f" (field '{named[0]}')" if named else "")
         except StatesetError as exc:
             return "error", str(exc)
+        except OSError as exc:  # a file the arguments named that cannot be used so (a folder, no permission)
+            if exc.filename is None:
+                log.exception("tool %s failed", tool.name)
+                return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"
+            name = call.field_of(str(exc.filename))
+            return "error", f"{exc.filename}: {exc.strerror or exc}" + (f" (field '{name}')" if name else "")
         except Exception as exc:  # a bug is still a tool error, never a protocol crash
             log.exception("tool %s failed", tool.name)
             return "error", f"{tool.name} failed: {type(exc).__name__}: {exc}"

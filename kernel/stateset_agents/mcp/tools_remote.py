@@ -84,6 +84,7 @@ def _remote_config(call: Call) -> dict[str, Any]:
 
     config: dict[str, Any] = cfg.load(call.path("config_file")) if call.get("config_file") else {}
     flags = {"provider": call.get("provider"), "dataset": _s(call.path("dataset")), "base_model": call.get("base_model"),
+             "base_model_revision": call.get("base_model_revision"),
              "eval_prompts": _s(call.path("eval_prompts")), "max_cost_usd": call.get("max_cost_usd"),
              "gpu": call.get("gpu"), "gpus": call.get("gpus"), "max_hours": call.get("max_hours"),
              "algorithm": call.get("algorithm"), "reward": call.get("reward"),
@@ -135,6 +136,7 @@ REMOTE_ARGS = {
     "provider": string("Provider (`plugins_list` kind provider)."),
     "dataset": path("curated.jsonl from `improve_run`"),
     "base_model": string("Base model (hub id or path remotely)."),
+    "base_model_revision": string("With a hub id: its branch, tag or commit sha (recorded in the plan)."),
     "eval_prompts": path("Validation prompts (validation.jsonl)"),
     "init_adapter": path("Start from a parent run's adapter (RUN/adapter)"),
     "gpu": string("Provider GPU id or short name (H100, A100-80GB); default: the provider's."),
