@@ -4,7 +4,8 @@ Loading: a policy whose sections had the wrong shape (`words: [..]`, `tools: [..
 a list as a rule id or a tool name, `weight: abc`, `decision: {refusal: 5}`) raised AttributeError, TypeError or
 ValueError; an expression nested past the parser's limit raised RecursionError. Evaluating, on facts from a log:
 `-text`, a list as a key, `'x' * huge` and `flatten`/`leaves` of deeply nested arguments raised TypeError,
-OverflowError or RecursionError (failing the whole `improve run`), and `'x' * args.n` could allocate gigabytes.
+OverflowError or RecursionError (failing the whole `improve run`), and `'x' * args.n` could allocate gigabytes. A policy nested past 254 levels (in a key the loader ignores) loaded, then
+crashed the reward's config digest with TypeError.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ RULE = {"id": "r", "require": "true"}
     ({"rules": [{**RULE, "require": "not " * 3000 + "x"}]}, "rules[0].require"),
     ({"rules": [{**RULE, "require": "(" * 250 + "x" + ")" * 250}]}, "rules[0].require"),
     ({"rules": [{**RULE, "require": "-" * 150 + "x"}]}, "rules[0].require"),
+    ({"rules": [RULE], "name": orjson.loads("[" * 300 + "]" * 300)}, "policy"),  # found by HYPOTHESIS_PROFILE=long
     ({"rules": [{**RULE, "require": "x" + "[0]" * 150}]}, "rules[0].require"),
 ])
 def test_a_policy_of_the_wrong_shape_is_an_input_error_naming_the_field(policy, field):

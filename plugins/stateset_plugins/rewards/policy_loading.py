@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from stateset_agents.core.errors import InputError
 
 from .policy_language import DECISION_KINDS, SCORINGS, compile_expression
@@ -79,6 +81,11 @@ def load_policy(policy: Any) -> dict[str, Any]:
             "counts": counts,
             "weight": _weight(rule.get("weight", 1.0), f"{where}.weight"),
         })
+    try:  # last, after the errors that say more: the policy travels in the reward's config, digested as JSON
+        orjson.dumps({"policy": policy})
+    except orjson.JSONEncodeError as exc:
+        raise InputError(f"the policy cannot be written as JSON ({exc}): nested too deeply, or not JSON data",
+                         field="policy") from None
     return compiled
 
 
