@@ -23,14 +23,13 @@ from pathlib import Path
 
 import pytest
 
-FAULTS = ("500", "timeout", "drop", "partial")
 GPUS = [{"id": "NVIDIA H100 80GB HBM3", "displayName": "H100 SXM", "memoryInGb": 80, "securePrice": 2.99},
         {"id": "NVIDIA H100 PCIe", "displayName": "H100 PCIe", "memoryInGb": 80, "securePrice": 2.39},
         {"id": "NVIDIA A40", "displayName": "A40", "memoryInGb": 48, "securePrice": 0.44},
         {"id": "NVIDIA A100 80GB PCIe", "displayName": "A100 PCIe", "memoryInGb": 80, "securePrice": 1.64},
         {"id": "NVIDIA L4", "displayName": "L4", "memoryInGb": 24, "securePrice": None}]
 from tests.helpers.state_dir import state_dir  # noqa: F401 - autouse: a private kernel state dir per test
-from tests.providers.provider_helpers import IMAGE  # noqa: F401 - shared with the test modules
+from tests.providers.provider_helpers import FAULTS, IMAGE  # noqa: F401 - shared with the test modules
 
 
 @pytest.fixture()

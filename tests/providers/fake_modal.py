@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-FAULTS = ("500", "timeout", "drop", "partial")
+from tests.providers.provider_helpers import FAULTS
+
 NAMES = ("claim", "record", "lookup", "all_runs", "spawn", "call_state", "cancel", "read_file", "reported_cost",
          "stop_app", "upload_files", "deploy_chat", "chat_call")
 

@@ -12,8 +12,7 @@ from stateset_agents.cli import main
 from stateset_agents.core.errors import StatesetError
 from stateset_agents.core.runtimes import load_component
 from stateset_agents.remote import session, state
-from tests.providers.conftest import FAULTS
-from tests.providers.provider_helpers import IMAGE
+from tests.providers.provider_helpers import FAULTS, IMAGE
 
 CAP = 10.0
 LAUNCH_CALLS = 5  # RunPod API calls in one launch: the fresh quote (2), the look-up by name (1), the create (2)
