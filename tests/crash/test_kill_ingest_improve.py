@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from stateset_agents.core.jsonio import sha256_file
 from stateset_agents.samples import LOGS
 
 from .crashkit import Kill, assert_old_or_new, kill_at, run, snapshot, temp_appears, temps, timed
@@ -68,6 +69,9 @@ def test_sigkill_during_ingest_leaves_old_or_new_outputs_and_the_rerun_matches(l
         delay(0.5, 1.0),
     ]
     alternate_kills(tmp_path, state_dir, out, commands, points, "ingest_summary.json")
+    summary = orjson.loads((out / "ingest_summary.json").read_bytes())
+    for described in summary["outputs"].values():  # the summary's record of every output holds
+        assert sha256_file(out / described["file"]) == described["sha256"], described["file"]
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +96,4 @@ def test_sigkill_during_improve_run_leaves_old_or_new_outputs_and_the_rerun_matc
     alternate_kills(tmp_path, state_dir, out, commands, points, "improve_summary.json")
     summary = orjson.loads((out / "improve_summary.json").read_bytes())
     for name, described in summary["outputs"].items():  # the summary's record of every output holds
-        from stateset_agents.core.jsonio import sha256_file
-
         assert sha256_file(out / name) == described["sha256"], name
