@@ -211,8 +211,8 @@ class Curation:
                 self.take(rows)
                 if after_batch:
                     after_batch()
-        except (StatesetError, OSError):
-            raise  # the input's fault, the plugin's (already named), or the disk's
+        except (StatesetError, OSError, NeedDigest):
+            raise  # the input's fault, the plugin's (already named), the disk's, or a chunk's request for the digest
         except Exception as exc:  # noqa: BLE001 - an in-process reward raised, or its rows cannot be written
             raise PluginError(self.who, "grade", f"{type(exc).__name__}: {exc}") from exc
 
