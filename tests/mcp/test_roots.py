@@ -88,3 +88,37 @@ def test_train_remote_plan_refuses_a_revision_beside_a_local_model(root):
         assert not (root / "runs").exists()
 
     anyio.run(scenario)
+
+
+def test_resource_uris_out_of_the_roots_are_refused(root, tmp_path):
+    """resources/read: `..` (plain and percent-encoded), absolute folders, a symlink out, a huge or odd URI: a
+    JSON-RPC error saying why, never a file from outside; the session goes on."""
+    import anyio
+    from mcp.client import Client
+    from mcp.shared.exceptions import MCPError
+
+    from stateset_agents.mcp.roots import Roots
+    from stateset_agents.mcp.server import Options, build
+
+    outside = tmp_path / "outside"
+    (outside / "run").mkdir(parents=True)
+    (outside / "run" / "manifest.json").write_text('{"secret": true}')
+    (root / "escape").symlink_to(outside)
+    (root / "runs" / "mine").mkdir(parents=True)
+    (root / "runs" / "mine" / "manifest.json").write_text('{"run_id": "mine"}')
+    uris = ["stateset://runs/../outside/run/manifest.json", "stateset://runs/..%2Foutside%2Frun/manifest.json",
+            f"stateset://runs/{outside}/run/manifest.json", "stateset://runs/escape%2Frun/manifest.json",
+            "stateset://runs/runs%2Fmine/../../../outside/run/manifest.json", "stateset://runs/mine/config.json",
+            "stateset://runs/" + "a" * 5000 + "/manifest.json", "stateset://runs/%00/manifest.json",
+            "stateset://other/x/manifest.json"]
+
+    async def scenario():
+        async with Client(build(Options(roots=Roots([root])))) as client:
+            for uri in uris:
+                with pytest.raises(MCPError) as caught:
+                    await client.read_resource(uri)
+                assert "secret" not in str(caught.value) and len(str(caught.value)) < 600, uri
+            found = await client.read_resource("stateset://runs/runs%2Fmine/manifest.json")
+            assert '"mine"' in found.contents[0].text
+
+    anyio.run(scenario)
