@@ -51,7 +51,8 @@ def test_a_message_is_normalised_or_rejected_with_its_field(message):
     assert keys[:len(contract)] == contract  # contract keys first, in order, then the log's own keys
     assert set(keys) == {k for k, _ in before} - ({"tool_calls"} if message.get("tool_calls") is None else set())
     again = normalise_message(dict(out), "m")  # idempotent
-    assert list(again) == keys and all(again[k] is out[k] for k in keys)
+    # Equal (rebuilt tool calls hold the same nested objects, so comparing never recurses deep).
+    assert list(again) == keys and all(again[k] is out[k] or again[k] == out[k] for k in keys)
 
 
 @given(message=message_like)
