@@ -4,8 +4,8 @@ Loading: a policy whose sections had the wrong shape (`words: [..]`, `tools: [..
 a list as a rule id or a tool name, `weight: abc`, `decision: {refusal: 5}`) raised AttributeError, TypeError or
 ValueError; an expression nested past the parser's limit raised RecursionError. Evaluating, on facts from a log:
 `-text`, a list as a key, `'x' * huge` and `flatten`/`leaves` of deeply nested arguments raised TypeError,
-OverflowError or RecursionError (failing the whole `improve run`), and `'x' * args.n` could allocate gigabytes. A policy nested past 254 levels (in a key the loader ignores) loaded, then
-crashed the reward's config digest with TypeError.
+OverflowError or RecursionError (failing the whole `improve run`), and `'x' * args.n` could allocate gigabytes.
+A policy nested past 254 levels (in a key the loader ignores) loaded, then crashed the config digest (TypeError).
 """
 from __future__ import annotations
 
