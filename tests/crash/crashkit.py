@@ -33,7 +33,8 @@ _KILL_BEFORE_RENAME = """
 import os, runpy, signal, sys
 name = os.environ.pop("CRASH_KILL_BEFORE_RENAME")
 def hook(event, args):
-    if event == "os.rename" and os.path.basename(os.fspath(args[1])) == name:
+    # os.rename covers os.replace; replace_directory's atomic swap (renameat2) raises an event of its own
+    if event in ("os.rename", "stateset_agents.replace_directory") and os.path.basename(os.fspath(args[1])) == name:
         os.kill(os.getpid(), signal.SIGKILL)
 sys.addaudithook(hook)
 sys.argv[0] = "stateset-agents"

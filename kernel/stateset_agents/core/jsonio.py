@@ -11,6 +11,7 @@ import gzip
 import hashlib
 import io
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import IO, Any, Iterator
@@ -274,6 +275,46 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_write(path, "w") as f:
         f.write(text)
+
+
+_RENAME_EXCHANGE = 2  # renameat2(2)'s flag: swap two paths in one step
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two existing paths atomically (Linux renameat2 with RENAME_EXCHANGE); False where unsupported."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_cwd = -100
+    if call(at_cwd, os.fsencode(a), at_cwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    if ctypes.get_errno() in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: this filesystem cannot swap
+        return False
+    raise _named(OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno())), str(b))
+
+
+def replace_directory(new: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Put the finished directory `new` at `final`, replacing what is there, so that a kill at any point leaves
+    the old directory or the new one at `final`, never neither: an atomic swap where the filesystem has one;
+    elsewhere the old one is first moved aside beside it (`.NAME.old-PID`), a gap a kill can fall into."""
+    import shutil
+
+    new, final = Path(new), Path(final)
+    if not final.exists():
+        os.replace(new, final)
+        return
+    sys.audit("stateset_agents.replace_directory", new, final)  # a rename that os's audit events do not see
+    if _exchange(new, final):
+        shutil.rmtree(new)  # now the old directory
+        return
+    aside = final.with_name(f".{final.name}.old-{os.getpid()}")
+    os.replace(final, aside)
+    os.replace(new, final)
+    shutil.rmtree(aside)
 
 
 @contextlib.contextmanager

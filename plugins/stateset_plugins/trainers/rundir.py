@@ -28,7 +28,7 @@ import orjson
 import torch
 
 from stateset_agents.core.errors import InputError
-from stateset_agents.core.jsonio import atomic_write, dumps_line, load_json, write_json
+from stateset_agents.core.jsonio import atomic_write, dumps_line, load_json, replace_directory, write_json
 from stateset_agents.plugin_api.checkpoints import (LEARNER_STATE, QUARANTINE_FILE, RECEIPTS_FILE, RESOLVED_PREFIX,
                                                     checkpoint_files, latest_complete, quarantine)
 from stateset_plugins.models.seeding import rng_state, set_rng_state
@@ -132,9 +132,7 @@ class RunDir:
         state = {**state, "committed_updates": step, "learner_state": learner_state(blob, state),
                  "files": checkpoint_files(tmp)}
         write_json(tmp / "state.json", state)  # written last: its presence marks a whole checkpoint
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        replace_directory(tmp, final)
         for old in self.checkpoint_dirs()[:-keep]:
             if int(old.name.split("-")[1]) not in protect:
                 shutil.rmtree(old, ignore_errors=True)
@@ -191,9 +189,7 @@ class RunDir:
         if tmp.exists():
             shutil.rmtree(tmp)
         backend.save_adapter(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        replace_directory(tmp, final)  # a kill leaves the old adapter or the new one, never none
         return final
 
 
