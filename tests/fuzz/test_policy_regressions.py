@@ -9,6 +9,8 @@ A policy nested past 254 levels (in a key the loader ignores) loaded, then crash
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import orjson
 import pytest
 
@@ -76,3 +78,25 @@ def test_flatten_and_leaves_keep_their_order():
     assert flatten([[1, [2, None]], 3, [[[4]]]]) == [1, 2, 3, 4]
     assert leaves({"id": "R1", "legs": [{"n": "F1"}, ("F2", None)], "x": None}) == ["R1", "F1", "F2"]
     assert flatten(None) == [] and flatten("a") == ["a"] and leaves(UNKNOWN) == []
+
+
+@pytest.mark.parametrize("calls", [[["x"]], ["get_order"], [{"function": "get_order"}], [{"function": {"name": 5}}]])
+def test_a_call_that_is_not_an_object_is_graded_as_a_nameless_call(calls):
+    """Found by HYPOTHESIS_PROFILE=long: `tool_calls: [["x"]]` passes the transcript check, then nsr grading raised
+    AttributeError. Every reward now sees such a call as one call with no name (a malformed call, not none)."""
+    from stateset_agents.pipeline.grading import check_conversation
+    from stateset_plugins.rewards._text import tool_calls
+    from stateset_plugins.rewards.tool_calling import ToolCallingReward
+
+    messages = [{"role": "user", "content": "where is my order A1?"},
+                {"role": "assistant", "content": None, "tool_calls": calls}]
+    assert [c["name"] for c in tool_calls(messages[1])] == [""] * len(calls)
+    conversation, turns, _ = check_conversation({"id": "c", "messages": messages}, "transcripts.jsonl", 1)
+    from stateset_agents.pipeline.improve import load_policy as load_policy_file
+
+    import stateset_plugins.rewards as rewards
+
+    airline = load_policy_file(Path(rewards.__file__).parent / "policies" / "airline.yaml")
+    for reward in (NSRReward({"policy": airline}), ToolCallingReward({})):
+        for grade in reward.grade_conversation(conversation, turns):
+            assert 0.0 <= grade.score <= 1.0

@@ -73,6 +73,15 @@ def test_arguments_keep_their_exact_form_when_redaction_does_not_break_them():
     assert conv["messages"][0]["tool_calls"][0]["function"]["arguments"] == '{ "to" :  "<EMAIL_1>" }'
 
 
+def test_arguments_nested_too_deep_to_reserialise_are_still_redacted():
+    # found by fuzzing: a bare card number 400 levels deep broke the JSON re-serialisation (orjson writes 254)
+    deep = "[" * 400 + "4111111111111111" + "]" * 400
+    conv = {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": deep}}]}]}
+    counts = redact_conversation(conv)
+    arguments = conv["messages"][0]["tool_calls"][0]["function"]["arguments"]
+    assert "4111" not in arguments and "<CARD_1>" in arguments and counts == {"CARD": 1}
+
+
 def test_ingest_counts_redactions_and_leaves_ids_alone(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     write_jsonl(Path("log.jsonl"), [

@@ -165,8 +165,12 @@ class Redactor:
         redacted = self.text(text)
         if redacted == text or _is_json(redacted) or not _is_json(text):
             return redacted
-        self.counts = counted  # the structural pass below counts the same replacements again
-        return orjson.dumps(self.value(orjson.loads(text))).decode()
+        text_counts, self.counts = self.counts, counted  # the structural pass counts the same replacements again
+        try:
+            return orjson.dumps(self.value(orjson.loads(text))).decode()
+        except (TypeError, RecursionError):  # nested deeper than orjson writes (254) or than Python recurses
+            self.counts = text_counts
+            return redacted  # redacted, though no longer JSON: personal data never survives to keep a form
 
     def _replace(self, detector: Detector, found: str) -> str:
         canonical = detector.canonical(found)

@@ -14,8 +14,12 @@ def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The message's native tool calls as `{"id", "name", "arguments"}` with arguments still the logged string."""
     calls = []
     for call in message.get("tool_calls") or ():
-        function = call.get("function") or {}
-        calls.append({"id": call.get("id"), "name": function.get("name") or "",
+        # a call that is not an object (or has no object `function`, or no string name) stays a call, nameless,
+        # so the rewards judge it as malformed instead of failing or not seeing it
+        call = call if isinstance(call, Mapping) else {}
+        function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+        name = function.get("name")
+        calls.append({"id": call.get("id"), "name": name if isinstance(name, str) else "",
                       "arguments": function.get("arguments")})
     return calls
 
