@@ -25,9 +25,6 @@ def _train(tmp_path, out, fault: str | None) -> int:
                  str(config), "--steps", "4"])
 
 
-# Until pipeline/training.py checks the events and names the trainer (the patch is in the issue 24 report): an
-# in-process trainer's exception is a bare traceback, and an untyped event is ignored (exit 0).
-@pytest.mark.xfail(strict=True, reason="run_training does not yet name an in-process trainer's failure")
 @pytest.mark.parametrize("fault, says", [("raise", "asked to fail at step 2"), ("wrong_type", "not an event object"),
                                          ("untyped", "not an event object with a type")])
 def test_train_in_process(tmp_path, capsys, fault, says):

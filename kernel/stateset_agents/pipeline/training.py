@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Mapping
 
-from ..core.errors import InputError, StatesetError
+from ..core.errors import InputError, PluginError, StatesetError
 
 #: The capability of a trainer that runs `nproc` ranks itself (under torchrun).
 MULTI_PROCESS = "multi_process"
@@ -58,7 +58,15 @@ def run_training(spec, request: Mapping[str, Any], *,
     with load_component(spec.full_name, runtime="inprocess") as trainer:
         unbind = bind_cancel(trainer.cancel) if bind_cancel else None
         try:
-            yield from trainer.run(dict(request))
+            for event in trainer.run(dict(request)):
+                if not isinstance(event, dict) or not isinstance(event.get("type"), str) or not event["type"]:
+                    raise PluginError(spec.full_name, "run", f"yielded {event!r:.200}, not an event object with a "
+                                                             "type")
+                yield event
+        except (StatesetError, OSError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the trainer's own failure: named, never a traceback
+            raise PluginError(spec.full_name, "run", f"{type(exc).__name__}: {exc}") from exc
         finally:
             if unbind:
                 unbind()
