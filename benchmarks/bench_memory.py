@@ -30,8 +30,10 @@ TARGETS_MB = {"sft": 2048, "grpo": 1536}  # issue 19
 SFT_ROWS, SFT_PROMPT_TOKENS, SFT_COMPLETION = 4, 512, "Your order NW-10024 ships tomorrow; the new address is saved."
 CONFIGS = {
     "sft": [{"gradient_checkpointing": False}, {"gradient_checkpointing": True},
-            {"gradient_checkpointing": False, "prompt_gradient": False}],
-    "grpo": [{"gradient_checkpointing": False}, {"gradient_checkpointing": True}],
+            {"gradient_checkpointing": False, "prompt_gradient": False},
+            {"gradient_checkpointing": True, "release_freed_memory": True}],
+    "grpo": [{"gradient_checkpointing": False}, {"gradient_checkpointing": True},
+             {"gradient_checkpointing": True, "release_freed_memory": True}],
 }
 
 

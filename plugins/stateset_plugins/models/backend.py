@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 
 from .batch import Batch, Generation, IntegrityError
-from .memory import apply_gradient_checkpointing
+from .memory import apply_gradient_checkpointing, release_freed_memory
 
 
 # The forward-pass work (repeated prompt tokens x parameters) a shared prompt prefill must save before it is used:
@@ -287,6 +287,7 @@ class LocalTorchBackend:
         self.model = model.to(self.device)
         install_lean_lora(self.model)
         self.gradient_checkpointing = apply_gradient_checkpointing(self.model, config)
+        self.releases_freed_memory = release_freed_memory(config)
         self.vocab_size = int(self.model.get_input_embeddings().weight.shape[0])
         self.eos_ids = self._eos_ids()
         pad = tokenizer.pad_token_id

@@ -41,6 +41,10 @@ class TrainConfig:
     * ``gradient_checkpointing`` (False): recompute each decoder layer in backward instead of keeping its
       activations (`models.memory`): an update's activation memory falls to about one layer's, for about one more
       forward pass of compute. Sampling keeps its KV cache. Needs ``prompt_gradient`` true.
+    * ``release_freed_memory`` (False): hand freed tensors' memory back to the system at once (glibc's mmap and
+      trim thresholds fixed at 64 KiB, `models.memory`), instead of glibc keeping it in its heap for reuse: the
+      resident size follows the live tensors (an SFT update of SmolLM2-135M peaks at 1.2 GB instead of 3.3 GB with
+      checkpointing), for a page fault per fresh allocation. Linux with glibc only.
     * ``save_every`` (10): a checkpoint every that many committed updates, and always after the last one;
       ``keep_checkpoints`` (2) most recent ones kept. ``seed`` (0).
     * ``device`` ("auto"): where the local backend runs: "auto" (CUDA when available, else CPU), "cpu", "cuda",
@@ -68,6 +72,7 @@ class TrainConfig:
     prompt_gradient: bool = True
     update_rows: int = 0
     gradient_checkpointing: bool = False
+    release_freed_memory: bool = False
     save_every: int = 10
     keep_checkpoints: int = 2
     seed: int = 0
