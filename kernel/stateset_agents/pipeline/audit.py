@@ -129,7 +129,8 @@ def run_audit(graded: str | os.PathLike, *, labels: str | os.PathLike | None = N
     if rollup not in ROLLUPS:
         raise InputError(f"rollup must be one of {', '.join(ROLLUPS)}, got {rollup!r}", field="rollup")
     if (labels is None) == (transcripts is None) or (transcripts is not None and not label_key):
-        raise InputError("give labels either as --labels FILE or as --transcripts DIR --label-key KEY")
+        raise InputError("give labels either as --labels FILE or as --transcripts DIR --label-key KEY",
+                         field="labels")
     grades = read_grades(graded)
     if labels is not None:
         label_of = read_label_file(labels)

@@ -449,7 +449,8 @@ def run_calibrate(graded: str | os.PathLike, output: str | os.PathLike, *, label
     if folds < 2:
         raise InputError(f"--folds must be at least 2, got {folds}", field="folds")
     if (labels is None) == (label_key is None) or (label_key is not None and transcripts is None):
-        raise InputError("give labels either as --labels FILE or as --transcripts DIR --label-key KEY")
+        raise InputError("give labels either as --labels FILE or as --transcripts DIR --label-key KEY",
+                         field="labels")
     if group_key is not None and transcripts is None:
         raise InputError("--group-key names a metadata key of the transcripts: give --transcripts DIR too",
                          field="group_key")

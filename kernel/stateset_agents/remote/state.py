@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 import orjson
 
-from ..core.errors import StatesetError
+from ..core.errors import InputError, StatesetError
 from ..core.jsonio import dumps_line, load_json, write_json
 from ..plugin_api.jobs import private_dir, state_dir
 
@@ -62,7 +63,15 @@ def run_locked(run_id: str) -> bool:
         os.close(fd)
 
 
+RUN_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
 def record_path(run_id: str) -> Path:
+    """The run's record file; a run id that is not a plain name (`../x`, a slash, over 128 characters) is refused
+    here, so no face (CLI, gateway, MCP, runs API) can make it a path out of the state directory."""
+    if not isinstance(run_id, str) or not RUN_ID_PATTERN.fullmatch(run_id) or ".." in run_id:
+        raise InputError(f"{str(run_id)[:80]!r} is not a run id (letters, digits, '.', '_', '-'; at most 128)",
+                         field="run_id")
     return private_dir(state_dir() / "runs") / f"{run_id}.json"
 
 
