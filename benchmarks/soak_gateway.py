@@ -6,9 +6,9 @@ goes through the key lookup in the state database), capture on (redacted, indexe
 `--max-tokens` tokens (greedy, ``ignore_eos``), on bench_gateway's prompts, until the time is up. The server's RSS
 (/proc/PID/status VmRSS) is sampled every second.
 
-"Flat": after the warm-up (`--warmup-s`, default 60; the first requests grow caches and allocator pools), the
-median RSS of the last tenth of the samples exceeds that of the first tenth by at most `--max-growth-mb` (default
-16 MiB). The slope (least squares, MiB a minute, after warm-up) is reported beside it. Exit status 1 when any
+"Flat": after the warm-up (the later of `--warmup-s`, default 60, and the end of the first 2 x C requests: the first
+full batches grow caches and allocator pools), the median RSS of the last tenth of the samples exceeds that of the
+first tenth by at most `--max-growth-mb` (default 16 MiB); a soak too short to pass its warm-up is not flat. The slope (least squares, MiB a minute, after warm-up) is reported beside it. Exit status 1 when any
 request failed or RSS is not flat.
 
     python benchmarks/soak_gateway.py [--minutes 10] [--base-model M] [--clients 8] [--max-tokens 64]
@@ -85,6 +85,7 @@ async def load(url: str, key: str, model: str, clients: int, max_tokens: int, un
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key=key, max_retries=0, timeout=600)
     counts = {"requests": 0, "errors": 0, "tokens": 0}
     failures: list[str] = []
+    done_at: list[float] = []  # when each request ended (monotonic)
 
     async def one(k: int) -> None:
         r = 0
@@ -102,6 +103,7 @@ async def load(url: str, key: str, model: str, clients: int, max_tokens: int, un
                 if tokens != max_tokens:
                     raise RuntimeError(f"{tokens} tokens generated, {max_tokens} asked for")
                 counts["tokens"] += tokens
+                done_at.append(time.monotonic())
             except Exception as exc:  # counted and kept: the soak reports every failure, it does not stop
                 counts["errors"] += 1
                 if len(failures) < 20:
@@ -110,7 +112,7 @@ async def load(url: str, key: str, model: str, clients: int, max_tokens: int, un
 
     await asyncio.gather(*(one(k) for k in range(clients)))
     await client.close()
-    return {**counts, "failures": failures}
+    return {**counts, "failures": failures, "done_at": done_at}
 
 
 def slope_per_minute(samples: list[tuple[float, int]]) -> float:
@@ -124,7 +126,12 @@ def slope_per_minute(samples: list[tuple[float, int]]) -> float:
 
 
 def summarize(samples: list[tuple[float, int]], warmup_s: float, max_growth_mb: float) -> dict:
-    after = [(t, v) for t, v in samples if t >= warmup_s] or samples
+    after = [(t, v) for t, v in samples if t >= warmup_s]
+    if len(after) < 10:  # nothing after the warm-up to judge: not flat, and said so
+        return {"rss_start_mib": samples[0][1] / MIB, "rss_end_mib": samples[-1][1] / MIB,
+                "rss_max_mib": max(v for _, v in samples) / MIB, "rss_after_warmup_mib": None,
+                "growth_after_warmup_mib": None, "slope_mib_per_min": None, "samples": len(samples),
+                "warmup_end_s": warmup_s, "flat": False}
     tenth = max(1, len(after) // 10)
     first = statistics.median(v for _, v in after[:tenth])
     last = statistics.median(v for _, v in after[-tenth:])
@@ -132,7 +139,7 @@ def summarize(samples: list[tuple[float, int]], warmup_s: float, max_growth_mb: 
     return {"rss_start_mib": samples[0][1] / MIB, "rss_end_mib": samples[-1][1] / MIB,
             "rss_max_mib": max(v for _, v in samples) / MIB, "rss_after_warmup_mib": first / MIB,
             "growth_after_warmup_mib": growth, "slope_mib_per_min": slope_per_minute(after),
-            "samples": len(samples), "flat": growth <= max_growth_mb}
+            "samples": len(samples), "warmup_end_s": warmup_s, "flat": growth <= max_growth_mb}
 
 
 def write_atomically(path: Path, data: dict) -> None:
@@ -191,11 +198,15 @@ def main(argv: list[str] | None = None) -> int:
                 server.kill()
     if not samples:
         raise SystemExit("no RSS sample of the server was taken")
-    memory = summarize(samples, args.warmup_s, args.max_growth_mb)
+    batches = sorted(t - started for t in result.pop("done_at"))
+    warm = 2 * args.clients  # the warm-up ends with the first 2 x C requests, and not before --warmup-s
+    warmup_end = max(args.warmup_s, batches[warm - 1] if len(batches) >= warm else float("inf"))
+    memory = summarize(samples, warmup_end, args.max_growth_mb)
     ok = result["errors"] == 0 and memory["flat"] and alive
     out = {"benchmark": "soak_gateway", "minutes": args.minutes, "seconds": elapsed,
            "base_model": args.base_model or "SmolLM2-135M-Instruct (offline default)", "clients": args.clients,
-           "max_tokens": args.max_tokens, "warmup_s": args.warmup_s, "max_growth_mib": args.max_growth_mb,
+           "max_tokens": args.max_tokens, "warmup_s": args.warmup_s,
+           "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "max_growth_mib": args.max_growth_mb,
            "requests": result["requests"], "errors": result["errors"], "failures": result["failures"],
            "tokens": result["tokens"], "requests_per_s": result["requests"] / elapsed, "server_alive": alive,
            **memory, "ok": ok, "rss_series": [[round(t, 1), round(v / MIB, 2)] for t, v in samples],
@@ -203,10 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     write_atomically(Path(args.output), out)
     print(f"requests {out['requests']} ({out['requests_per_s']:.2f}/s), errors {out['errors']}, "
           f"{out['seconds']:.0f} s, {args.clients} clients x {args.max_tokens} tokens")
+    growth = ("no samples after it" if memory["growth_after_warmup_mib"] is None else
+              f"growth {memory['growth_after_warmup_mib']:+.1f} MiB (flat <= {args.max_growth_mb:.0f}), slope "
+              f"{memory['slope_mib_per_min']:+.2f} MiB/min")
     print(f"RSS start {memory['rss_start_mib']:.1f} MiB, end {memory['rss_end_mib']:.1f}, max "
-          f"{memory['rss_max_mib']:.1f}; after the {args.warmup_s:.0f} s warm-up: growth "
-          f"{memory['growth_after_warmup_mib']:+.1f} MiB (flat <= {args.max_growth_mb:.0f}), slope "
-          f"{memory['slope_mib_per_min']:+.2f} MiB/min")
+          f"{memory['rss_max_mib']:.1f}; after the {min(warmup_end, elapsed):.0f} s warm-up: {growth}")
     print(("FLAT, no errors" if ok else "NOT OK: " + ", ".join(
         w for w, bad in (("errors", result["errors"]), ("RSS grew", not memory["flat"]),
                          ("the server died", not alive)) if bad)) + f"; wrote {args.output}")
