@@ -12,8 +12,10 @@ import queue
 import secrets
 import subprocess
 import sys
+import tempfile
 import threading
 from collections import deque
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..contracts import CONTRACT_VERSIONS
@@ -102,6 +104,7 @@ def connect(spec: ComponentSpec, out: PluginOutput, token: str, config: Mapping[
     """Read and check the handshake, connect, verify who answers, and return the kind's proxy. Shared by every
     out-of-process runtime; `address` maps the handshake to an address we can reach (a container's port is
     published on another one). A plugin that fails any step is killed at once, with no grace period."""
+    hs = None
     try:
         line = out.handshake_line(timeout or wire.HANDSHAKE_TIMEOUT_SECONDS)
         if line is None:
@@ -110,7 +113,12 @@ def connect(spec: ComponentSpec, out: PluginOutput, token: str, config: Mapping[
                               f"the plugin exited with code {out.proc.returncode} before its handshake"
                               f"{out.stderr_hint()}")
         hs = parse_handshake(line, spec.full_name)
-        conn = Connection(spec.full_name, address(hs), token, process=out.proc, on_close=out.stop)
+
+        def stop() -> None:
+            out.stop()
+            _remove_socket_dir(hs["address"])
+
+        conn = Connection(spec.full_name, address(hs), token, process=out.proc, on_close=stop)
         meta = conn.metadata_info()
         if (meta.kind, meta.name) != (spec.kind, spec.name):
             raise PluginError(spec.full_name, "Plugin.GetMetadata",
@@ -122,7 +130,27 @@ def connect(spec: ComponentSpec, out: PluginOutput, token: str, config: Mapping[
         if out.proc.poll() is None:
             out.proc.kill()
             out.proc.wait(timeout=5)
+        if hs is not None:
+            _remove_socket_dir(hs["address"])
         raise
+
+
+def _remove_socket_dir(address: str) -> None:
+    """Remove a stopped plugin's socket and the private directory the server made for it: a plugin that was
+    killed never gets to (the server removes them itself only when it exits normally). Only the server's own
+    `TMP/stateset-plugin-*/plugin.sock` is touched, never a directory the user named."""
+    if not address.startswith("unix://"):
+        return
+    sock = Path(address[len("unix://"):])
+    directory = sock.parent
+    if (sock.name != "plugin.sock" or not directory.name.startswith("stateset-plugin-")
+            or directory.parent != Path(tempfile.gettempdir())):
+        return
+    for path, remove in ((sock, os.unlink), (directory, os.rmdir)):
+        try:
+            remove(path)
+        except OSError:
+            pass
 
 
 def launch_subprocess(spec: ComponentSpec, *, config: Mapping[str, Any] | None = None,
