@@ -7,48 +7,14 @@ In CI (CI=true) their absence is a failure, never a skip: `.ci/run` starts docke
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 
+from tests.helpers.container_fixtures import docker_client, plugins_image  # noqa: F401 - shared fixtures
+from tests.helpers.container_fixtures import unavailable as _unavailable
 from tests.helpers.images import TRAINER_RECORDS
 
-BUILD_HINT = ("images/ci/docker-up && images/base/build-base && stateset-agents images build plugins "
-              "--base stateset-base:bookworm --plugin examples/stateset-reward-politeness")
 TRAINER_HINT = (f"images/ci/docker-up && images/base/build-base && STATESET_AGENTS_IMAGES={TRAINER_RECORDS} "
                 "stateset-agents images build trainer --cpu --base stateset-base:bookworm")
-
-
-def _unavailable(reason: str, hint: str = BUILD_HINT):
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI must run the container tests: {reason}", pytrace=False)
-    pytest.skip(f"{reason} (to run them: {hint})")
-
-
-@pytest.fixture(scope="session")
-def docker_client():
-    from stateset_agents.core.errors import StatesetError
-    from stateset_agents.core.runtimes.container import docker_client as client
-
-    try:
-        return client()
-    except StatesetError as exc:
-        _unavailable(str(exc))
-
-
-@pytest.fixture(scope="session")
-def plugins_image(docker_client):
-    """The recorded `plugins` image, checked to still exist in the daemon."""
-    from stateset_agents.core.runtimes.container import images_file, read_images
-
-    record = read_images().get("plugins")
-    if record is None:
-        _unavailable(f"no plugins image is recorded in {images_file()}")
-    try:
-        docker_client.images.get(record["id"])
-    except Exception:  # noqa: BLE001 - pruned since it was built
-        _unavailable(f"the recorded plugins image {record['id'][:19]} is gone from the daemon")
-    return record
 
 
 @pytest.fixture(scope="session")

@@ -10,20 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.container_fixtures import unavailable as _unavailable
 from tests.helpers.state_dir import state_dir  # noqa: F401 - autouse: a private kernel state dir per test
 
 FAULTS = Path(__file__).resolve().parents[1] / "support_plugins" / "stateset_fault_plugins.py"
 TAG = "stateset-agents-faults:test"
 COMPONENTS = ["reward:test_fault", "trainer:test_fault"]
-
-
-def _unavailable(reason: str):
-    # as tests/containers: in CI their absence is a failure, locally a skip that says what to build
-    import os
-
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI must run the container tests: {reason}", pytrace=False)
-    pytest.skip(f"{reason} (see tests/containers/conftest.py for how to build it)")
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
-"""The Docker fixtures a directory outside tests/containers needs (tests/security): a daemon and the recorded
-`plugins` image, skipped locally without them and a failure under CI (as tests/containers/conftest.py, whose
-fixtures these are; a conftest imports them: `from tests.helpers.container_fixtures import ...`)."""
+"""The Docker fixtures of every test directory that starts containers (tests/containers, tests/security,
+tests/faults): a daemon and the recorded `plugins` image. In CI (CI=true) their absence is a failure, never a skip;
+locally they skip, saying what to start or build. A conftest imports them: `from tests.helpers.container_fixtures
+import docker_client, plugins_image`."""
 from __future__ import annotations
 
 import os
@@ -11,10 +12,10 @@ HINT = ("images/ci/docker-up && images/base/build-base && stateset-agents images
         "--base stateset-base:bookworm --plugin examples/stateset-reward-politeness")
 
 
-def _unavailable(reason: str):
+def unavailable(reason: str, hint: str = HINT):
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"CI must run the container tests: {reason}", pytrace=False)
-    pytest.skip(f"{reason} (to run them: {HINT})")
+    pytest.skip(f"{reason} (to run them: {hint})")
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +26,7 @@ def docker_client():
     try:
         return client()
     except StatesetError as exc:
-        _unavailable(str(exc))
+        unavailable(str(exc))
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +36,9 @@ def plugins_image(docker_client):
 
     record = read_images().get("plugins")
     if record is None:
-        _unavailable(f"no plugins image is recorded in {images_file()}")
+        unavailable(f"no plugins image is recorded in {images_file()}")
     try:
         docker_client.images.get(record["id"])
     except Exception:  # noqa: BLE001 - pruned since it was built
-        _unavailable(f"the recorded plugins image {record['id'][:19]} is gone from the daemon")
+        unavailable(f"the recorded plugins image {record['id'][:19]} is gone from the daemon")
     return record
