@@ -18,7 +18,8 @@ def mcp(
     host: str = typer.Option("127.0.0.1", "--host", help="With --http: the address to bind (loopback by default)."),
     port: int = typer.Option(8765, "--port", help="With --http: the port."),
     registry: Optional[str] = typer.Option(None, "--registry", help="With --http: the deploy registry whose "
-                                                                    ".keys.json holds the API keys (admin scope)."),
+                                                                    "state database holds the API keys (admin "
+                                                                    "scope; `keys create`)."),
     allow_origin: List[str] = typer.Option([], "--allow-origin", help="With --http: a browser Origin to accept "
                                                                       "besides loopback ones (repeatable)."),
     allow_spend: bool = typer.Option(False, "--allow-spend", help="SPENDS MONEY: offer train_remote_launch (it "
@@ -45,7 +46,7 @@ def mcp(
     from ..mcp import http as transport
 
     if registry is None:
-        raise InputError("--http needs --registry REGISTRY: its .keys.json holds the bearer keys callers must send",
+        raise InputError("--http needs --registry REGISTRY: its state database holds the bearer keys callers must send",
                          field="registry")
     where = "loopback only" if transport.is_loopback(host) else "NOT loopback: reachable from the network"
     err_console.print(f"MCP over streamable HTTP on http://{host}:{port}/mcp ({where}); roots: "

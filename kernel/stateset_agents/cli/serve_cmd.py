@@ -12,7 +12,8 @@ from .app import app, console, err_console
 @app.command()
 def serve(
     registry: Optional[str] = typer.Option(None, "--registry", help="The deploy registry: its entries are served "
-                                                                    "by name, its .keys.json holds the API keys."),
+                                                                    "by name; its state database holds the API keys "
+                                                                    "(`keys create`)."),
     base_model: Optional[str] = typer.Option(None, "--base-model", help="The base model (default: the one the "
                                                                         "deployed adapters trained on, else the "
                                                                         "offline default)."),
@@ -39,6 +40,9 @@ def serve(
                                                                     "(default: REGISTRY/.gateway.sqlite3)."),
     jobs_dir: Optional[str] = typer.Option(None, "--jobs-dir", help="Where training jobs' runs go (default: "
                                                                     "REGISTRY/.jobs)."),
+    root: list[str] = typer.Option([], "--root", help="A folder clients may name files in (a job's dataset, a "
+                                                      "reward's config; repeatable; default: the working "
+                                                      "directory). Anything outside is refused (400)."),
 ):
     """Serve the base model and every deployed adapter over OpenAI- (/v1/chat/completions) and Anthropic-
     compatible (/v1/messages) endpoints."""
@@ -50,7 +54,7 @@ def serve(
                                      "max_prompt_tokens": max_prompt_tokens, "max_new_tokens": max_new_tokens,
                                      "generation_timeout_s": generation_timeout, "device": device},
                       max_body_bytes=max_body_kb << 10, rate_limit=rate_limit, cors_origins=tuple(cors_origin),
-                      database=database, jobs_dir=jobs_dir)
+                      database=database, jobs_dir=jobs_dir, roots=tuple(root))
     gateway = build(options)
     models = [m["id"] for m in gateway.engine.models()]
     console.print(f"serving {', '.join(models)} on http://{host}:{port}/v1 ({gateway.keys} API keys)",
