@@ -108,8 +108,11 @@ KERNEL = textwrap.dedent("""
 
 
 def _kernel(run_id: str) -> subprocess.Popen:
+    # Ctrl-C prints a traceback there. SIGINT back to its default first: a suite started in the background by a
+    # shell without job control inherits it ignored, and Python then never turns it into KeyboardInterrupt.
     proc = subprocess.Popen([sys.executable, "-c", KERNEL, run_id], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)  # Ctrl-C prints a traceback there
+                            stderr=subprocess.DEVNULL, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "up"
     return proc
 
