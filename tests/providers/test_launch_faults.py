@@ -37,10 +37,11 @@ def short_timeout(monkeypatch):
     monkeypatch.setattr(graphql, "requests", Requests)
 
 
-def _orphans(capsys) -> set[str]:
+def _orphans(capsys, provider: str = "runpod", key: str = "job_id") -> set[str]:
+    """What `costs --orphans` lists for `provider`: each orphan's `key`."""
     capsys.readouterr()
-    assert main(["costs", "--orphans", "--providers", "runpod", "--json"]) == 0
-    return {job["job_id"] for job in json.loads(capsys.readouterr().out)}
+    assert main(["costs", "--orphans", "--providers", provider, "--json"]) == 0
+    return {job[key] for job in json.loads(capsys.readouterr().out)}
 
 
 @pytest.mark.parametrize("call", range(1, LAUNCH_CALLS + 1))
@@ -80,9 +81,7 @@ MODAL_LAUNCH_CALLS = 3  # the claim in the runs Dict, the spawn, the record of i
 
 
 def _modal_orphans(capsys) -> set[str]:
-    capsys.readouterr()
-    assert main(["costs", "--orphans", "--providers", "modal", "--json"]) == 0
-    return {job["run_id"] for job in json.loads(capsys.readouterr().out)}
+    return _orphans(capsys, "modal", "run_id")
 
 
 @pytest.mark.parametrize("call", range(1, MODAL_LAUNCH_CALLS + 1))
