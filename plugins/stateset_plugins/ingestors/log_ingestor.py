@@ -18,9 +18,13 @@ from .stitching import DEFAULT_WINDOW, Call, Stitcher
 
 # orjson reads JSON nested up to 1024 levels but writes only 254, and a transcript nests up to 2 levels deeper than
 # its line (a call's own keys land in metadata.call_log[i]): a deeper line could be read but never written, so it is
-# rejected as it is read. Nesting 253 levels takes at least 506 bytes: a shorter line needs no check.
+# rejected as it is read. Nesting 253 levels takes at least 253 opening brackets: a line with fewer (counted in C,
+# strings included, so never an undercount) needs no check.
 MAX_LINE_DEPTH = 252
-_SHALLOW_BYTES = 2 * (MAX_LINE_DEPTH + 1)
+
+
+def _may_be_too_deep(raw: bytes) -> bool:
+    return raw.count(b"[") + raw.count(b"{") > MAX_LINE_DEPTH
 
 
 def _too_deep() -> LineError:
@@ -62,7 +66,7 @@ class LogIngestor(Ingestor):
             yield from stitcher.expire(line)
             try:
                 record = orjson.loads(raw)
-                if len(raw) > _SHALLOW_BYTES:
+                if _may_be_too_deep(raw):
                     _check_depth(record)
                 parsed = self.parse_line(record)
                 # `add` digests the call before it changes anything, so a call too deep to digest leaves no trace.
