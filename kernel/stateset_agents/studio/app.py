@@ -88,6 +88,7 @@ class StudioApp(App):
         self._attach_first = attach
         self.followed: set[str] = set()
         self.stopping = False
+        self._polling = threading.Lock()  # held while a poll runs (`_tick`)
         self.last_errors: list[tuple[str, str]] = []
 
     def compose(self) -> ComposeResult:
@@ -370,10 +371,13 @@ class StudioApp(App):
             self._say(f"{run_id}: {actions.message(exc)}", severity="error")
 
     def _tick(self) -> None:
-        if self.feed is not None:
+        # One poll at a time: on a slow machine a poll can outlast the interval, and overlapping polls race on the
+        # feed's event list and pile up threads (an exclusive worker would cancel each before it reports).
+        if self.feed is not None and not self._polling.locked():
+            self._polling.acquire()
             self._poll(self.feed)
 
-    @work(thread=True, exclusive=True, group="poll")
+    @work(thread=True, group="poll")
     def _poll(self, feed: RunFeed) -> None:
         try:
             snap = feed.poll()
@@ -381,6 +385,8 @@ class StudioApp(App):
             from .feed import Snapshot
 
             snap = Snapshot(error=actions.message(exc))
+        finally:
+            self._polling.release()
         self.call_from_thread(self._show, feed, snap)
 
     def _show(self, feed: RunFeed, snap) -> None:
