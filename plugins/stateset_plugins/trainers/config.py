@@ -214,14 +214,26 @@ class PolicyConfig(TrainConfig):
         return self.temperature  # the policy that sampled, at the temperature it sampled with
 
 
+ADVANTAGE_STDS = ("population", "sample")
+
+
 @dataclass
 class RLConfig(PolicyConfig):
     """Group-relative objectives (advantages from the group's rewards) add:
 
     * ``scale_rewards`` (True): divide group-centred rewards by the group's standard deviation.
+    * ``advantage_std`` ("population"): that deviation over n ("population", the GRPO paper's) or n - 1 ("sample",
+      Bessel-corrected, as TRL computes it; at G = 4 its advantages are sqrt(3/4) of the population one's).
     """
 
     scale_rewards: bool = True
+    advantage_std: str = "population"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.advantage_std not in ADVANTAGE_STDS:
+            raise InputError(f"advantage_std must be one of {', '.join(ADVANTAGE_STDS)}, got {self.advantage_std!r}",
+                             field="advantage_std")
 
 
 @dataclass

@@ -83,10 +83,12 @@ class Objective:
 
     def advantages(self, rewards, group_size: int, config: TrainConfig):
         """Per-sample advantages [N] from the batch's rewards [N] (groups contiguous). Default: GRPO's
-        group-relative A_i = (r_i - mean) / std (only centred without ``config.scale_rewards``)."""
+        group-relative A_i = (r_i - mean) / std (only centred without ``config.scale_rewards``; the std over n or
+        n - 1 as ``config.advantage_std`` says)."""
         from .common import group_advantages
 
-        return group_advantages(rewards, group_size, config.scale_rewards)
+        return group_advantages(rewards, group_size, config.scale_rewards,
+                                unbiased=getattr(config, "advantage_std", "population") == "sample")
 
     def prepare(self, batch, backend, config: TrainConfig) -> dict[str, float]:
         """After advantages and reference log-probs, before the update (critics: values and GAE); returns metrics

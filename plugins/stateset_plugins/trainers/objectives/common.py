@@ -4,13 +4,15 @@ from __future__ import annotations
 import torch
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
-    """A_i = (r_i - mean(r_group)) / (std(r_group) + eps); without ``scale`` only centred. Rows of one group are
-    contiguous. A group whose rewards are all equal gets zero advantage (it carries no signal)."""
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: bool = True, eps: float = 1e-4, *,
+                     unbiased: bool = False) -> torch.Tensor:
+    """A_i = (r_i - mean(r_group)) / (std(r_group) + eps), the std over n (or n - 1 with ``unbiased``); without
+    ``scale`` only centred. Rows of one group are contiguous. A group whose rewards are all equal gets zero advantage
+    (it carries no signal)."""
     grouped = rewards.view(-1, group_size)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
     if scale:
-        centred = centred / (grouped.std(dim=1, keepdim=True, unbiased=False) + eps)
+        centred = centred / (grouped.std(dim=1, keepdim=True, unbiased=unbiased) + eps)
     return centred.reshape(-1)
 
 
