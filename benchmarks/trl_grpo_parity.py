@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -137,7 +136,6 @@ def compare_inputs(trainer, out, rewards, *, group: int = 4) -> dict:
 
 
 def main(argv=None) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="model directory (default: the offline SmolLM2-135M-Instruct)")
     args = parser.parse_args(argv)
