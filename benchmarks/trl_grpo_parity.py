@@ -1,7 +1,8 @@
 """Our GRPO update against TRL's own code on one batch: TRL samples and scores a batch (its `GRPOTrainer`, a LoRA
 adapter moved away from the reference so the KL term has a gradient), then our advantages, reference log-probs,
 loss and gradient on those exact tensors are compared with TRL's advantages, `ref_per_token_logps` and
-`compute_loss`. Equal figures make `bench_grpo_vs_trl.py` a comparison of one algorithm, so a difference in the
+`compute_loss`: GRPO on the batch as sampled and with its rewards all equal (the KL term alone), and GRPO, DAPO,
+GSPO and CISPO on it as a reused batch (behaviour log-probs away from the live ones), where their clips act. Equal figures make `bench_grpo_vs_trl.py` a comparison of one algorithm, so a difference in the
 reward curves comes from sampling, not from the update.
 
 Usage: python benchmarks/trl_grpo_parity.py [--model DIR]   (default: the offline SmolLM2-135M-Instruct)
@@ -97,29 +98,62 @@ def _grads(model):
     return g
 
 
-def compare_update(trainer, out, *, group: int = 4, beta: float = 0.04, zero_advantages: bool = False) -> dict:
-    """TRL's `compute_loss` and ours (GRPO at ``beta``) on the batch: both losses, both gradient norms and the
-    relative difference of the gradients. ``zero_advantages``: every group scored alike, the KL term alone."""
+#: Our objective -> (its config, the TRL settings that compute the same loss). TRL's CISPO caps the weight at
+#: `epsilon_high` itself, ours at 1 + epsilon_high; GSPO is TRL's sequence-level importance sampling.
+OBJECTIVES = {
+    "grpo": ({"beta": 0.04, "epsilon": 0.2},
+             {"loss_type": "grpo", "beta": 0.04, "epsilon_low": 0.2, "epsilon_high": 0.2,
+              "importance_sampling_level": "token"}),
+    "dapo": ({"beta": 0.0, "epsilon": 0.2, "epsilon_high": 0.28},
+             {"loss_type": "dapo", "beta": 0.0, "epsilon_low": 0.2, "epsilon_high": 0.28,
+              "importance_sampling_level": "token"}),
+    "gspo": ({"beta": 0.0, "epsilon": 3e-4, "epsilon_high": 4e-4},
+             {"loss_type": "grpo", "beta": 0.0, "epsilon_low": 3e-4, "epsilon_high": 4e-4,
+              "importance_sampling_level": "sequence"}),
+    "cispo": ({"beta": 0.0, "epsilon": 1.0, "epsilon_high": 0.28},
+              {"loss_type": "cispo", "beta": 0.0, "epsilon_low": 1.0, "epsilon_high": 1.28,
+               "importance_sampling_level": "token"}),
+}
+
+
+def compare_update(trainer, out, *, objective: str = "grpo", group: int = 4, zero_advantages: bool = False,
+                   off_policy: float = 0.0, ours: dict | None = None, seed: int = 0) -> dict:
+    """TRL's `compute_loss` and our `objective` on the batch: both losses, both gradient norms, the relative
+    difference of the gradients and our clip fraction. ``zero_advantages``: every group scored alike (the KL term
+    alone). ``off_policy``: the behaviour log-probs are the live ones plus N(0, off_policy) noise, as on a reused
+    batch, so the ratio leaves 1 and the clip acts. ``ours`` overrides our config (a deliberately wrong one)."""
     import torch
 
     from stateset_plugins.models.backend import completion_logprobs
-    from stateset_plugins.trainers.objectives.grpo import GRPO, GRPOConfig
+    from stateset_plugins.trainers.objectives import get_objective
 
+    our_config, trl_settings = OBJECTIVES[objective]
     model = trainer.model
     inputs = dict(out)
     if zero_advantages:
         inputs["advantages"] = torch.zeros_like(out["advantages"])
+    batch = our_batch(out, inputs["advantages"], model, group)
+    mask = batch.completion_mask
+    if off_policy:
+        noise = torch.randn(mask.shape, generator=torch.Generator().manual_seed(seed)) * off_policy
+        batch.behaviour_logp = batch.behaviour_logp + noise * mask
+    if off_policy:  # else TRL takes its live log-probs, detached, as on a fresh batch
+        inputs["old_per_token_logps"] = batch.behaviour_logp
+    inputs["num_items_in_batch"] = mask.sum()
+    for name, value in trl_settings.items():
+        setattr(trainer, name, value)
     model.zero_grad(set_to_none=True)
     theirs = trainer.compute_loss(model, inputs)
     theirs.backward()
     g_theirs = _grads(model)
-    batch = our_batch(out, inputs["advantages"], model, group)
-    ours, _ = GRPO().loss(completion_logprobs(model, batch, 1.0), batch, GRPOConfig(beta=beta, epsilon=0.2))
-    ours.backward()
+    obj = get_objective(objective)
+    loss, stats = obj.loss(completion_logprobs(model, batch, 1.0), batch, obj.Config(**{**our_config, **(ours or {})}))
+    loss.backward()
     g_ours = _grads(model)
-    return {"trl_loss": float(theirs.detach()), "our_loss": float(ours.detach()),
+    return {"trl_loss": float(theirs.detach()), "our_loss": float(loss.detach()),
             "trl_grad_norm": float(g_theirs.norm()), "our_grad_norm": float(g_ours.norm()),
-            "grad_relative_difference": float((g_ours - g_theirs).norm() / g_theirs.norm().clamp(min=1e-30))}
+            "grad_relative_difference": float((g_ours - g_theirs).norm() / g_theirs.norm().clamp(min=1e-30)),
+            "clip_fraction": stats.get("clip_fraction", 0.0)}
 
 
 def compare_inputs(trainer, out, rewards, *, group: int = 4) -> dict:
@@ -156,7 +190,9 @@ def main(argv=None) -> int:
               "completion_tokens": out["completion_mask"].sum(1).tolist(),
               **compare_inputs(trainer, out, rewards),
               "policy_gradient_batch": compare_update(trainer, out),
-              "kl_only_batch": compare_update(trainer, out, zero_advantages=True)}
+              "kl_only_batch": compare_update(trainer, out, zero_advantages=True),
+              # a reused batch (behaviour log-probs off by N(0, 0.3) per token): the ratio leaves 1, the clip acts
+              "off_policy": {name: compare_update(trainer, out, objective=name, off_policy=0.3) for name in OBJECTIVES}}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULTS.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")

@@ -34,5 +34,20 @@ def test_grpo_loss_and_gradient_equal_trls_compute_loss(parity, zero_advantages)
     assert got["our_loss"] == pytest.approx(got["trl_loss"], rel=1e-4)
     assert got["grad_relative_difference"] < 1e-4
     # another beta moves our gradient well past the tolerance: the comparison discriminates
-    wrong = module.compare_update(trainer, out, zero_advantages=zero_advantages, beta=0.08)
+    wrong = module.compare_update(trainer, out, zero_advantages=zero_advantages, ours={"beta": 0.08})
+    assert wrong["grad_relative_difference"] > 1e-2
+
+
+@pytest.mark.parametrize("objective", ["grpo", "dapo", "gspo", "cispo"])
+def test_clipped_objectives_equal_trls_on_a_reused_batch(parity, objective):
+    """Behaviour log-probs away from the live ones (a batch's later passes with mu > 1): the ratio leaves 1, each
+    objective's clip (CISPO's weight cap) acts, and our loss and gradient still equal TRL's for the same loss."""
+    module, trainer, out, _ = parity
+    got = module.compare_update(trainer, out, objective=objective, off_policy=0.3)
+    assert got["clip_fraction"] > 0.05 and got["trl_grad_norm"] > 0
+    assert got["our_loss"] == pytest.approx(got["trl_loss"], rel=1e-4, abs=1e-7)
+    assert got["grad_relative_difference"] < 1e-4
+    # another clip range changes the gradient: the comparison sees the clip
+    wrong = module.compare_update(trainer, out, objective=objective, off_policy=0.3,
+                                  ours={"epsilon": 0.5} if objective == "grpo" else {"epsilon": 0.5, "epsilon_high": 0.5})
     assert wrong["grad_relative_difference"] > 1e-2
