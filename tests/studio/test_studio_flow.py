@@ -16,7 +16,9 @@ from stateset_agents.studio.panes import WatchPane
 from tests.studio.studio_helpers import text, until
 
 pytest.importorskip("torch")
-STEPS = 12
+# long enough that the stop always lands before the run's last step, even on a loaded machine (at 12 a run
+# starved of the poller finished first and never stopped)
+STEPS = 40
 
 
 def test_choose_configure_review_launch_watch_stop_resume(workspace, tiny_config, tmp_path):
