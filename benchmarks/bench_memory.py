@@ -1,6 +1,7 @@
 """Resident memory per phase of our engine: SFT of SmolLM2-135M on 4 rows of 512 prompt tokens, and GRPO at the
 settings of benchmarks/bench_grpo_vs_trl.py, each with gradient checkpointing off and on (and SFT with the
-detached prompt, ``prompt_gradient: false``).
+detached prompt, ``prompt_gradient: false``, and with ``update_rows``: SFT's chunks are plain gradient accumulation,
+GRPO's take one more forward pass without gradient).
 
 Each configuration runs the real trainer in its own process (peak RSS is that run's). The backend's calls are
 wrapped to read RSS after each: "load" (model and adapter built), "rollout" (generate), "reference" (reference
@@ -31,9 +32,11 @@ SFT_ROWS, SFT_PROMPT_TOKENS, SFT_COMPLETION = 4, 512, "Your order NW-10024 ships
 CONFIGS = {
     "sft": [{"gradient_checkpointing": False}, {"gradient_checkpointing": True},
             {"gradient_checkpointing": False, "prompt_gradient": False},
-            {"gradient_checkpointing": True, "release_freed_memory": True}],
+            {"gradient_checkpointing": True, "release_freed_memory": True},
+            {"gradient_checkpointing": False, "update_rows": 1}, {"gradient_checkpointing": False, "update_rows": 2}],
     "grpo": [{"gradient_checkpointing": False}, {"gradient_checkpointing": True},
-             {"gradient_checkpointing": True, "release_freed_memory": True}],
+             {"gradient_checkpointing": True, "release_freed_memory": True},
+             {"gradient_checkpointing": False, "update_rows": 4}, {"gradient_checkpointing": False, "update_rows": 2}],
 }
 
 

@@ -48,3 +48,43 @@ def test_update_rows_is_checked():
     with pytest.raises(InputError, match="update_rows"):
         get_objective("grpo").Config(update_rows=-1)
     assert get_objective("grpo").Config().update_rows == 0
+
+
+def test_a_linear_loss_is_accumulated_without_an_extra_forward_pass(tiny, monkeypatch):
+    """SFT declares its loss linear in the log-probs: chunked, it runs one forward pass per chunk (no pass without
+    gradient first) and still has the whole batch's loss and gradient. Declared wrongly, the gradient is wrong."""
+    from stateset_plugins.models import backend as backend_module
+    from stateset_plugins.trainers.objectives import get_objective
+
+    base, batch, grpo_cfg, grpo = rollout_batch(*tiny, "grpo")
+    obj = get_objective("sft")
+    assert obj.linear_in_logprobs and not grpo.linear_in_logprobs
+    cfg = obj.Config(learning_rate=1e-3)
+    backend = LocalTorchBackend(base.model, base.tokenizer, cfg)
+    loss = lambda new, b: obj.loss(new, b, cfg)  # noqa: E731
+    whole_stats, whole = _gradient(backend, batch, loss)
+    cfg.update_rows = 3
+    passes = []
+    real = backend_module.completion_logprobs
+    monkeypatch.setattr(backend_module, "completion_logprobs",
+                        lambda *a, **k: passes.append(torch.is_grad_enabled()) or real(*a, **k))
+    backend.zero_grad()
+    stats = backend.forward_backward(batch, loss, temperature=1.0, linear=True)
+    chunked = [p.grad.detach().clone() for p in backend._trainable if p.grad is not None]
+    assert passes == [True, True, True]  # 8 rows in chunks of 3, 3 and 2; every pass with gradient
+    assert stats["loss"] == pytest.approx(whole_stats["loss"], rel=1e-5)
+    assert stats["nll"] == pytest.approx(whole_stats["nll"], rel=1e-5)
+    norm = max(float(g.abs().max()) for g in whole)
+    assert max(float((a - b).abs().max()) for a, b in zip(whole, chunked)) <= 1e-5 * max(norm, 1.0)
+    # GRPO's loss is not linear: taken at zero, its gradient is not the batch's
+    batch.advantages = torch.linspace(-1.0, 1.0, len(batch.sample_ids))
+    batch.ref_logp = base.logprobs(batch, temperature=1.0, reference=True)
+    grpo_loss = lambda new, b: grpo.loss(new, b, grpo_cfg)  # noqa: E731
+    grpo_cfg.update_rows = 0
+    _, right = _gradient(base, batch, grpo_loss)
+    grpo_cfg.update_rows = 3
+    base.zero_grad()
+    base.forward_backward(batch, grpo_loss, temperature=1.0, linear=True)
+    wrong = [p.grad.detach().clone() for p in base._trainable if p.grad is not None]
+    assert max(float((a - b).abs().max()) for a, b in zip(right, wrong)) > 1e-3 * max(
+        float(g.abs().max()) for g in right)

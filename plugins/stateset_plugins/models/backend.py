@@ -38,8 +38,8 @@ class Backend(Protocol):
 
     def values(self, batch: Batch) -> torch.Tensor: ...  # only with a value head: [N, C]
 
-    def forward_backward(self, batch: Batch, loss_fn: LossFn, *, temperature: float,
-                         values: bool = False) -> dict[str, float]: ...
+    def forward_backward(self, batch: Batch, loss_fn: LossFn, *, temperature: float, values: bool = False,
+                         linear: bool = False) -> dict[str, float]: ...
 
     def optimizer_step(self, *, policy: bool = True) -> dict[str, float]: ...
 
@@ -501,10 +501,14 @@ class LocalTorchBackend:
                                         prompt_gradient=self._prompt_gradient)
         return self._values(hidden).cpu()
 
-    def forward_backward(self, batch, loss_fn, *, temperature, values=False):
+    def forward_backward(self, batch, loss_fn, *, temperature, values=False, linear=False):
+        """Backpropagate `loss_fn` of the batch's log-probs. ``linear``: the loss is linear in them (its gradient
+        with respect to them does not depend on them, as SFT's likelihood), which spares `update_rows` a pass."""
         batch = self._to_device(batch)
         chunk = int(getattr(self.config, "update_rows", 0) or 0)
         if not values and 0 < chunk < len(batch.sample_ids):
+            if linear:
+                return self._forward_backward_linear_in_chunks(batch, loss_fn, temperature, chunk)
             return self._forward_backward_in_chunks(batch, loss_fn, temperature, chunk)
         hidden = None
         if values:
@@ -527,17 +531,42 @@ class LocalTorchBackend:
             raise FloatingPointError(f"loss is not finite ({float(loss)})")
         return loss, {**stats, **mismatch}
 
-    def _forward_backward_in_chunks(self, batch, loss_fn, temperature, chunk):
-        """`forward_backward` with the activations of `chunk` rows alive at a time (``update_rows``): the loss and
-        dL/d(log-probs) from log-probs computed without gradient, then each chunk's log-probs recomputed with
-        gradient and backpropagated with its slice of dL/d(log-probs). The loss is any function of the log-probs
-        and the batch, so the chain rule through them gives the whole batch's gradient."""
+    def _chunk_logprobs(self, batch, temperature, chunk):
+        """(rows a..b, a function computing those rows' log-probs) for the chunks of `chunk` rows."""
         rows = len(batch.sample_ids)
         spans = [(start, min(start + chunk, rows)) for start in range(0, rows, chunk)]
 
         def logprobs(a: int, b: int) -> torch.Tensor:
             return completion_logprobs(self.model, batch.rows(a, b), temperature, prompt_gradient=self._prompt_gradient)
+        return spans, logprobs
 
+    def _forward_backward_linear_in_chunks(self, batch, loss_fn, temperature, chunk):
+        """`update_rows` for a loss linear in the log-probs: dL/d(log-probs) is the same wherever it is taken, so
+        it is taken at zero, and each chunk's one forward pass with gradient serves both the backward and the
+        loss (computed afterwards from the chunks' log-probs, as the whole batch's would be): plain gradient
+        accumulation, with no pass more than an update of all rows at once."""
+        spans, logprobs = self._chunk_logprobs(batch, temperature, chunk)
+        at = torch.zeros(tuple(batch.completion_mask.shape), dtype=torch.float32, requires_grad=True)
+        (grad,) = torch.autograd.grad(loss_fn(at, batch)[0], at)
+        parts = []
+        for a, b in spans:
+            logp = logprobs(a, b)
+            logp.backward(grad[a:b].to(device=logp.device, dtype=logp.dtype))
+            parts.append(logp.detach())
+        try:
+            with torch.no_grad():
+                loss, stats = self._loss(torch.cat(parts), batch, loss_fn)
+        except FloatingPointError:
+            self.zero_grad()  # the gradient of a loss that is not finite must not reach a step
+            raise
+        return {"loss": float(loss), **stats}
+
+    def _forward_backward_in_chunks(self, batch, loss_fn, temperature, chunk):
+        """`forward_backward` with the activations of `chunk` rows alive at a time (``update_rows``): the loss and
+        dL/d(log-probs) from log-probs computed without gradient, then each chunk's log-probs recomputed with
+        gradient and backpropagated with its slice of dL/d(log-probs). The loss is any function of the log-probs
+        and the batch, so the chain rule through them gives the whole batch's gradient."""
+        spans, logprobs = self._chunk_logprobs(batch, temperature, chunk)
         with torch.no_grad():
             logp = torch.cat([logprobs(a, b) for a, b in spans])
         logp.requires_grad_(True)

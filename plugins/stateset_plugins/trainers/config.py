@@ -37,7 +37,8 @@ class TrainConfig:
       update first computes every row's log-probs without gradient and the loss's gradient with respect to them,
       then backpropagates N rows at a time: the same gradient (the chain rule through the log-probs; float
       rounding aside) for any loss of the log-probs, with the activations of N rows alive instead of all, for one
-      more forward pass without gradient. Objectives with a value head run all rows at once.
+      more forward pass without gradient (none for a loss linear in the log-probs, SFT's: plain gradient
+      accumulation). Objectives with a value head run all rows at once.
     * ``gradient_checkpointing`` (False): recompute each decoder layer in backward instead of keeping its
       activations (`models.memory`): an update's activation memory falls to about one layer's, for about one more
       forward pass of compute. Sampling keeps its KV cache. Needs ``prompt_gradient`` true.

@@ -160,7 +160,8 @@ class Engine:
                         attempt.phase = "backward"
                         stats = self.backend.forward_backward(
                             part, lambda new, b, *v: _with_ratio_stats(obj, obj.loss(new, b, cfg, *v), new, b),
-                            temperature=cfg.update_temperature(), values=obj.value_head)
+                            temperature=cfg.update_temperature(), values=obj.value_head,
+                            linear=obj.linear_in_logprobs)
                         stats["trained_tokens"] = part.sampled_tokens()  # the tokens this step's loss covers
                     except Exception as exc:  # noqa: BLE001 - on N ranks the others must hear of it first
                         if not self.world.distributed:

@@ -119,7 +119,7 @@ class RiverBackend:
     def values(self, batch):
         raise ValueError("the River backend has no value head")
 
-    def forward_backward(self, batch, loss_fn, *, temperature, values=False):
+    def forward_backward(self, batch, loss_fn, *, temperature, values=False, linear=False):  # the loss is remote
         if values:
             raise ValueError("the River backend has no value head")
         current, layout, rows = self._scores(self.model, batch)

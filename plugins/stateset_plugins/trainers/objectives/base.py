@@ -47,6 +47,10 @@ class Objective:
     #: "rows" (a mean of per-sequence values), "tokens" (a mean over the batch's sampled tokens), or None: the
     #: objective uses whole-batch statistics and runs on one process only. Declared per class, never guessed.
     ddp_loss: ClassVar[str | None] = None
+    #: True when the loss is linear in the log-probs (its gradient with respect to them does not depend on them: SFT's
+    #: likelihood). ``update_rows`` then accumulates gradients chunk by chunk with no extra forward pass.
+    #: Declared, never guessed: a wrong True gives a wrong gradient.
+    linear_in_logprobs: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

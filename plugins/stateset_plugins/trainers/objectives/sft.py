@@ -23,6 +23,7 @@ class SFTConfig(TrainConfig):
 class SFT(Objective):
     name, stem, Config = "sft", "SFT", SFTConfig
     ddp_loss = "tokens"  # `Objective.ddp_loss`
+    linear_in_logprobs = True  # `Objective.linear_in_logprobs`: the NLL is a weighted sum of the log-probs
     rollout = "none"
 
     def advantages(self, rewards, group_size: int, config: SFTConfig):
