@@ -36,8 +36,13 @@ CONFIGS = {
             {"gradient_checkpointing": False, "update_rows": 1}, {"gradient_checkpointing": False, "update_rows": 2}],
     "grpo": [{"gradient_checkpointing": False}, {"gradient_checkpointing": True},
              {"gradient_checkpointing": True, "release_freed_memory": True},
-             {"gradient_checkpointing": False, "update_rows": 4}, {"gradient_checkpointing": False, "update_rows": 2}],
+             {"gradient_checkpointing": False, "update_rows": 4}],
 }
+#: The same runs started on jemalloc (`models.allocator`: what a trainer's child process gets when it is installed).
+JEMALLOC = {"sft": [{"gradient_checkpointing": False}, {"gradient_checkpointing": False, "update_rows": 1},
+                    {"gradient_checkpointing": True}],
+            "grpo": [{"gradient_checkpointing": False}, {"gradient_checkpointing": True},
+                     {"gradient_checkpointing": False, "update_rows": 4}]}
 
 
 def sft_rows(tokenizer) -> list[dict]:
@@ -100,7 +105,9 @@ def run(kind: str, model_dir: str, steps: int, options: dict) -> dict:
             times.append(e["metrics"]["step_time"])
             trained.append(e["metrics"].get("trained_tokens"))
     wall = time.perf_counter() - t0
-    return {"phases": {k: {"rss_mb_max": max(r for r, _ in v), "peak_rss_mb": max(p for _, p in v)}
+    from stateset_plugins.models.allocator import active_allocator
+
+    return {"allocator": active_allocator(), "phases": {k: {"rss_mb_max": max(r for r, _ in v), "peak_rss_mb": max(p for _, p in v)}
                        for k, v in phases.items()},
             "peak_rss_mb": peak_rss_mb(), "step_time": times, "median_step_s": statistics.median(times),
             "wall_s": wall, "trained_tokens": trained}
@@ -133,21 +140,29 @@ def main() -> None:
     else:
         raise SystemExit(f"unknown size {args.size!r}")
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
-    rows = []
-    for kind in [k.strip() for k in args.only.split(",") if k.strip()]:
-        for options in CONFIGS[kind]:
-            proc = subprocess.run([sys.executable, __file__, "--one", kind, str(model_dir), json.dumps(options),
-                                   "--steps", str(args.steps), "--threads", str(args.threads)],
-                                  capture_output=True, text=True, env=env)
-            line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
-            if line is None:
-                raise SystemExit(f"{kind} {options} failed:\n{proc.stderr[-3000:]}")
-            got = json.loads(line[len("RESULT "):])
-            rows.append({"kind": kind, "options": options, "target_peak_rss_mb": TARGETS_MB[kind],
-                         "meets_target": got["peak_rss_mb"] <= TARGETS_MB[kind], **got})
-            phases = ", ".join(f"{k} {v['rss_mb_max']:.0f}/{v['peak_rss_mb']:.0f}" for k, v in got["phases"].items())
-            print(f"{kind} {options}: peak {got['peak_rss_mb']:.0f} MB (target {TARGETS_MB[kind]}), median step "
-                  f"{got['median_step_s']:.3f}s; RSS/peak MB after {phases}", flush=True)
+    from stateset_plugins.models.allocator import ALLOCATOR_ENV, allocator_env
+
+    rows, kinds = [], [k.strip() for k in args.only.split(",") if k.strip()]
+    system = {**env, ALLOCATOR_ENV: "system"}
+    jemalloc = {**system, **allocator_env({**env, ALLOCATOR_ENV: "auto"})}
+    if "LD_PRELOAD" not in jemalloc:
+        print("jemalloc is not installed (apt-get install libjemalloc2): its rows are skipped", flush=True)
+    runs = [(kind, options, system) for kind in kinds for options in CONFIGS[kind]]
+    runs += [(kind, options, jemalloc) for kind in kinds for options in JEMALLOC[kind] if "LD_PRELOAD" in jemalloc]
+    for kind, options, child_env in runs:
+        proc = subprocess.run([sys.executable, __file__, "--one", kind, str(model_dir), json.dumps(options),
+                               "--steps", str(args.steps), "--threads", str(args.threads)],
+                              capture_output=True, text=True, env=child_env)
+        line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            raise SystemExit(f"{kind} {options} failed:\n{proc.stderr[-3000:]}")
+        got = json.loads(line[len("RESULT "):])
+        rows.append({"kind": kind, "options": options, "allocator": got.pop("allocator"),
+                     "target_peak_rss_mb": TARGETS_MB[kind],
+                     "meets_target": got["peak_rss_mb"] <= TARGETS_MB[kind], **got})
+        phases = ", ".join(f"{k} {v['rss_mb_max']:.0f}/{v['peak_rss_mb']:.0f}" for k, v in got["phases"].items())
+        print(f"{kind} {options} on {rows[-1]['allocator']}: peak {got['peak_rss_mb']:.0f} MB (target "
+              f"{TARGETS_MB[kind]}), median step {got['median_step_s']:.3f}s; RSS/peak MB after {phases}", flush=True)
     from stateset_agents.core.jsonio import write_json
 
     out = Path(args.out)

@@ -11,6 +11,10 @@ Each hook receives a `register` callback, so a plugin module adds any number of 
                  version="1.0", requires=["torch"],           # whose dependencies may be missing
                  install="pip install 'my-pkg[torch]'", capabilities=["local"])
 
+``child_env="my_pkg.env:child_env"`` names a function of the parent's environment returning the variables a child
+process that runs the component starts with (the subprocess runtime adds them before the child starts: an
+allocator to preload, a thread count); the trainers plugin uses it to start training on jemalloc.
+
 A face offers what components declare in `capabilities`, never a list of names. The capabilities faces read:
 
 * trainer: ``local`` (`train` runs it on this machine), ``remote`` (`train-remote` and `finetune` run it on a

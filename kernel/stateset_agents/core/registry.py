@@ -39,6 +39,10 @@ class ComponentSpec:
     requires: tuple[str, ...] = ()
     install: str | None = None
     capabilities: tuple[str, ...] = ()
+    #: "module:function" giving the variables a child process that runs the component starts with (function of
+    #: the parent's environment, returning the ones to add): what must be set before the process starts, such
+    #: as an allocator to preload. Imported only when the subprocess runtime launches the component.
+    child_env: str | None = None
 
     @property
     def full_name(self) -> str:
@@ -299,7 +303,9 @@ def _make_register(registry: Registry, kind: str, plugin: str, package: str) -> 
 
     def register(target: Any, *, name: str | None = None, version: str | None = None,
                  requires: Iterable[str] = (), install: str | None = None,
-                 capabilities: Iterable[str] = ()) -> None:
+                 capabilities: Iterable[str] = (), child_env: str | None = None) -> None:
+        if child_env is not None and (not isinstance(child_env, str) or ":" not in child_env):
+            raise StatesetError(f"plugin {plugin}: child_env is a 'module:function' string, got {child_env!r}")
         if isinstance(target, type):
             if not issubclass(target, base):
                 raise StatesetError(f"plugin {plugin} registered {target.__name__} as a {kind}, "
@@ -317,7 +323,7 @@ def _make_register(registry: Registry, kind: str, plugin: str, package: str) -> 
             raise StatesetError(f"{full} is registered twice: by plugin {other} and by plugin {plugin}")
         registry.components[full] = ComponentSpec(
             kind=kind, name=name, version=version or "0.0.0", target=target, plugin=plugin, package=package,
-            requires=tuple(requires), install=install, capabilities=tuple(capabilities))
+            requires=tuple(requires), install=install, capabilities=tuple(capabilities), child_env=child_env)
 
     return register
 

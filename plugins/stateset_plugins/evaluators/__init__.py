@@ -12,12 +12,14 @@ VERSION = "0.1.0"
 _REQUIRES = ["torch", "transformers", "peft"]
 _INSTALL = "pip install 'stateset-agents[train]'"
 
+_CHILD_ENV = "stateset_plugins.models.allocator:allocator_env"  # a model-holding child starts on jemalloc if installed
+
 
 @hookimpl
 def register_evaluators(register):
     register("stateset_plugins.evaluators.paired:PairedEvaluator", name="paired", version=VERSION,
-             requires=_REQUIRES, install=_INSTALL, capabilities=("paired", "eval_results", "statistics"))
+             requires=_REQUIRES, install=_INSTALL, child_env=_CHILD_ENV, capabilities=("paired", "eval_results", "statistics"))
     register("stateset_plugins.evaluators.judged:JudgeEvaluator", name="judge", version=VERSION,
-             requires=_REQUIRES, install=_INSTALL, capabilities=("pairwise", "judge", "replay"))
+             requires=_REQUIRES, install=_INSTALL, child_env=_CHILD_ENV, capabilities=("pairwise", "judge", "replay"))
     register("stateset_plugins.evaluators.chat:ChatEvaluator", name="chat", version=VERSION,
-             requires=_REQUIRES, install=_INSTALL, capabilities=("chat", "model_cache"))
+             requires=_REQUIRES, install=_INSTALL, child_env=_CHILD_ENV, capabilities=("chat", "model_cache"))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ..contracts import CONTRACT_VERSIONS
-from ..errors import ContractMismatch, PluginError
+from ..errors import ContractMismatch, PluginError, StatesetError
 from ..registry import ComponentSpec
 from . import wire
 from .client import PROXIES, Connection
@@ -153,6 +153,25 @@ def _remove_socket_dir(address: str) -> None:
             pass
 
 
+def child_env(spec: ComponentSpec, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables `spec.child_env` adds for its child process; a function that fails stops the launch."""
+    if not spec.child_env:
+        return {}
+    import importlib
+
+    module, _, attr = spec.child_env.partition(":")
+    try:
+        got = getattr(importlib.import_module(module), attr)(dict(environ))
+    except StatesetError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - named, and the component is not started
+        raise PluginError(spec.full_name, "launch", f"its child_env {spec.child_env} failed: "
+                                                    f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(got, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in got.items()):
+        raise PluginError(spec.full_name, "launch", f"its child_env {spec.child_env} must return str -> str")
+    return dict(got)
+
+
 def launch_subprocess(spec: ComponentSpec, *, config: Mapping[str, Any] | None = None,
                       handshake_timeout: float | None = None, argv: list[str] | None = None):
     """Start `spec` in a child process and return its proxy (the kind's Python interface)."""
@@ -160,6 +179,7 @@ def launch_subprocess(spec: ComponentSpec, *, config: Mapping[str, Any] | None =
     env = dict(os.environ)
     env[wire.TOKEN_ENV] = token
     env[wire.PARENT_PID_ENV] = str(os.getpid())
+    env.update(child_env(spec, env))
     # `python -m ...serve` is `plugin serve` without the CLI's imports
     argv = argv or [sys.executable, "-m", "stateset_agents.core.runtimes.serve", spec.full_name]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

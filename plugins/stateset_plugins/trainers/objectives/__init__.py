@@ -60,6 +60,9 @@ ALGORITHMS = tuple(FIRST_PARTY)
 #: What every objective on the shared engine needs installed, and the command that installs it.
 REQUIRES = ("torch", "transformers", "peft")
 INSTALL = "pip install 'stateset-agents[train]'"
+#: A trainer's child process starts on jemalloc when it is installed (`models.allocator`): its resident size then
+#: follows the live tensors instead of glibc's heap high-water mark.
+CHILD_ENV = "stateset_plugins.models.allocator:allocator_env"
 
 
 #: The generic component every objective is registered as: its target is ``COMPONENT:<module>:<Class>``.
@@ -78,7 +81,8 @@ def register_objective(register: Callable[..., None], target: str, *, name: str,
     if not module or not attr.isidentifier():
         raise StatesetError(f"register_objective({name!r}): target must be a 'module:Class' path, got {target!r}")
     register(f"{COMPONENT}:{target}", name=name, version=version, requires=[*REQUIRES, *requires],
-             install=install or INSTALL, capabilities=tuple(dict.fromkeys((*CAPABILITIES, *capabilities))))
+             install=install or INSTALL, capabilities=tuple(dict.fromkeys((*CAPABILITIES, *capabilities))),
+             child_env=CHILD_ENV)
 
 
 def load_objective(target: str) -> type[Objective]:
