@@ -41,3 +41,13 @@ def test_quickstart_fast_runs_the_whole_loop_and_can_run_again(tmp_path, capsys,
     (other / "notes.txt").write_text("keep me")
     assert main(["quickstart", "--fast", "--output", str(other)]) != 0
     assert (other / "notes.txt").read_text() == "keep me"
+
+
+def test_the_summary_says_how_far_regressed_cases_fell_beside_the_gates_tolerance():
+    from stateset_agents.cli.quickstart_cmd import _regressions_line
+
+    small = [{"id": "test-26", "base": 0.1, "candidate": 0.05, "difference": -0.05}]
+    assert _regressions_line(small) == ("1; largest drop 0.050 (test-26: 0.100 -> 0.050); none past the gate's "
+                                        "tolerance of 0.2")
+    big = small + [{"id": "test-03", "base": 1.0, "candidate": 0.25, "difference": -0.75}]
+    assert _regressions_line(big).startswith("2; largest drop 0.750 (test-03: 1.000 -> 0.250); 1 past")

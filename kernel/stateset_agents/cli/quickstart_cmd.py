@@ -53,6 +53,17 @@ def _stats_line(totals: dict, stats: dict) -> str:
             f"[{_fmt(interval.get('low'))}, {_fmt(interval.get('high'))}], p = {_fmt(stats.get('p_value'))}")
 
 
+def _regressions_line(fell: list[dict]) -> str:
+    """How far the cases that fell fell, beside the drop the gate tolerates (a case's score can move by a step of
+    the reward's scale between two failing answers)."""
+    from ..pipeline.gate import DEFAULT_TOLERANCE
+
+    worst = min(fell, key=lambda c: c["difference"])
+    past = sum(1 for c in fell if c["difference"] < -DEFAULT_TOLERANCE)
+    return (f"{len(fell)}; largest drop {_fmt(-worst['difference'])} ({worst['id']}: {_fmt(worst['base'])} -> "
+            f"{_fmt(worst['candidate'])}); {past or 'none'} past the gate's tolerance of {DEFAULT_TOLERANCE}")
+
+
 def _summary(result) -> None:
     from rich.table import Table
 
@@ -76,6 +87,9 @@ def _summary(result) -> None:
                   f"{_fmt(val.get('candidate_mean'))}")
     totals, stats = test.get("totals") or {}, test.get("statistics") or {}
     table.add_row(f"test reward:{(test.get('reward') or {}).get('name')} base -> adapter", _stats_line(totals, stats))
+    fell = test.get("regressions") or []
+    if fell:
+        table.add_row("  regressed cases", _regressions_line(fell))
     complete = test.get("complete_cases") or {}
     if complete.get("totals"):
         table.add_row("  cases neither side cut", _stats_line(complete["totals"], complete.get("statistics") or {}))
