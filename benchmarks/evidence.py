@@ -111,11 +111,25 @@ def run_one(data: str, recipe: str, seed: int, files: Mapping[str, Any], work: P
     result = QuickstartResult(folder)
     run_recipe(result, Path(files["curated"]), Path(files["validation"]), Path(files["test"]), preset, seed=seed,
                recipe=recipe, policy=files.get("policy"), step=lambda m: log(f"    {m}"))
-    record = {"data": data, "recipe": recipe, "seed": seed, "run": str(result.run),
+    record = {"data": data, "recipe": recipe, "seed": seed, "run": str(result.run), "revision": revision(),
               "seconds": round(time.time() - started, 1), **summary_record(result)}
     (folder / DONE).write_text(json.dumps(record, indent=1))
     log(f"  {data} {recipe} seed {seed}: test {_short(record)} ({record['seconds']:.0f} s)")
     return record
+
+
+def revision() -> str | None:
+    """The checkout's commit, "+" when its sources differ from it (a run records the code it ran)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        dirty = git("status", "--porcelain", "--", "kernel", "plugins")
+        return git("rev-parse", "HEAD") + ("+" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def _short(record: Mapping[str, Any]) -> str:
@@ -159,6 +173,7 @@ def run(plan: Sequence[tuple[str, str, int]] = PLAN, *, fast: bool = False, work
     report = {"model": preset["base_model"] or "SmolLM2-135M-Instruct (offline default, dequantised Q4_1)",
               "cpu_threads": threads,
               "reward": REWARD, "preset": preset, "groups": groups, "seconds": round(time.time() - started, 1),
+              "revision": revision(),
               "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     name = "evidence_fast" if fast else "evidence"
     output.mkdir(parents=True, exist_ok=True)
