@@ -18,8 +18,11 @@ _CHILD_ENV = "stateset_plugins.models.allocator:allocator_env"  # a model-holdin
 @hookimpl
 def register_evaluators(register):
     register("stateset_plugins.evaluators.paired:PairedEvaluator", name="paired", version=VERSION,
-             requires=_REQUIRES, install=_INSTALL, child_env=_CHILD_ENV, capabilities=("paired", "eval_results", "statistics"))
+             requires=_REQUIRES, install=_INSTALL, child_env=_CHILD_ENV,
+             capabilities=("paired", "eval_results", "statistics"))
     register("stateset_plugins.evaluators.judged:JudgeEvaluator", name="judge", version=VERSION,
-             requires=_REQUIRES, install=_INSTALL, child_env=_CHILD_ENV, capabilities=("pairwise", "judge", "replay"))
+             requires=_REQUIRES, install=_INSTALL, child_env=_CHILD_ENV,
+             capabilities=("pairwise", "judge", "replay"))
     register("stateset_plugins.evaluators.chat:ChatEvaluator", name="chat", version=VERSION,
-             requires=_REQUIRES, install=_INSTALL, child_env=_CHILD_ENV, capabilities=("chat", "model_cache"))
+             requires=_REQUIRES, install=_INSTALL, child_env=_CHILD_ENV,
+             capabilities=("chat", "model_cache"))

@@ -3,7 +3,7 @@
 With glibc's malloc the resident size of a CPU training process follows the high-water mark of its heap, not its
 live tensors: after the first large block is freed glibc raises its mmap threshold, keeps freed activations for
 reuse, and a heap whose top block is live cannot shrink (`docs/training.md`, Memory). jemalloc keeps size classes
-apart and hands dirty pages back on a timer, so the resident size follows the live tensors at no cost in speed
+apart and hands dirty pages back on a timer, so the resident size follows the live tensors at about the same speed
 (benchmarks/bench_memory.py). An allocator is chosen when a process starts (``LD_PRELOAD``), so this decides the
 environment of a child process that trains: the subprocess runtime asks for it through the trainer components'
 ``child_env``. It never changes a result: the allocator decides where memory lies, not what is computed.
