@@ -40,7 +40,7 @@ from machine import bandwidth_share, peak_rss_mb, run_timed  # a sibling module:
 SETTINGS = {"prompts_per_step": 2, "num_generations": 4, "max_new_tokens": 16, "learning_rate": 5e-3, "beta": 0.04,
             "epsilon": 0.2, "loss_type": "grpo (sequence mean, then batch mean)", "temperature": 1.0,
             "lora_r": 8, "lora_alpha": 16, "lr_schedule": "constant", "threads": 1, "num_iterations": 1,
-            "minibatches": 1, "gradient_checkpointing": False}
+            "minibatches": 1, "gradient_checkpointing": False, "rollout_dtype": "float32"}
 #: What both sides run with, as each side names it (the file records it; `run_ours`/`run_trl` pass exactly these).
 EQUAL = {
     "kl_estimator": "k3 (exp(ref - new) - (ref - new) - 1) per token, beta x KL added to the per-token loss; "
@@ -66,12 +66,16 @@ EQUAL = {
 DIFFERENCES = {
     "behaviour_logprobs": "ours records them while sampling; TRL with num_iterations > 1 scores them in an extra "
                           "forward pass (inside its generate-and-score phase, so timed there)",
+    "rollout_dtype": "rows named 'ours rollout bfloat16' (equal_config false): ours samples from a bfloat16 copy of "
+                     "the weights and trains in float32 with the truncated importance correction (cap 2); TRL samples "
+                     "and trains in float32. Reported beside the equal-config rows, never judged on their target",
 }
 PROMPTS = ["say a number", "what is 2 + 3", "my order A1 has not arrived", "please refund order 42", "hello",
            "thanks"]
 WARMUP = 2
 # the targets of issues 4 and 19: our step time over TRL's at equal config, per size
 TARGETS = {"tiny": 0.67, "135m": 0.6}
+VERDICT = {True: "met", False: "NOT met", None: "not judged: not equal config"}
 SMOLLM2_135M = {"hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
                 "intermediate_size": 1536, "tie_word_embeddings": True}
 
@@ -113,7 +117,7 @@ def run_ours(model_dir: str, seed: int, steps: int, settings: dict) -> dict:
               "temperature": settings["temperature"], "lora_r": settings["lora_r"],
               "lora_alpha": settings["lora_alpha"], "num_iterations": settings["num_iterations"],
               "minibatches": settings["minibatches"], "save_every": per, "advantage_std": "sample",
-              "gradient_checkpointing": settings["gradient_checkpointing"]}
+              "gradient_checkpointing": settings["gradient_checkpointing"], "rollout_dtype": settings["rollout_dtype"]}
     trainer = GRPOTrainer(AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir),
                           reward=DigitReward(), dataset=rows, config=config)
     metrics, step_cpu = [], []
@@ -141,7 +145,10 @@ def run_ours(model_dir: str, seed: int, steps: int, settings: dict) -> dict:
             "clip_fraction": [m.get("clip_fraction") for m in metrics],
             "approx_kl": [m.get("approx_kl") for m in metrics],
             "reward": [metrics[i]["reward_mean"] for i in firsts],
-            "weight_bytes": weight_bytes(trainer.backend.model)}
+            # the bytes a decoding step reads: the sampler's copy's (bfloat16: 2 per weight)
+            "weight_bytes": weight_bytes(trainer.backend.model, 2 if settings["rollout_dtype"] == "bfloat16" else None),
+            "sampler_logp_abs_diff_mean": [m.get(f"{settings['rollout_dtype']}_logp_abs_diff_mean") for m in metrics],
+            "tis_weight_mean": [m.get("tis_weight_mean") for m in metrics]}
 
 
 def run_trl(model_dir: str, seed: int, steps: int, settings: dict) -> dict:
@@ -234,6 +241,8 @@ def summarise(runs: list[dict], warmup: int) -> dict:
            "generation_phase_tokens_per_s": generated / max(gen_time, 1e-9),
            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "weight_bytes": runs[0]["weight_bytes"],
            "reward_curves": [r["reward"] for r in runs], "clip_fraction_curves": [r["clip_fraction"] for r in runs],
+           **({"sampler_logp_abs_diff_mean_curves": [r["sampler_logp_abs_diff_mean"] for r in runs],
+               "tis_weight_mean_curves": [r["tis_weight_mean"] for r in runs]} if "tis_weight_mean" in runs[0] else {}),
            "final_reward_mean": statistics.fmean(statistics.fmean(r["reward"][-5:]) for r in runs)}
     if "rollout_time" in runs[0]:  # ours: sampling alone (the bandwidth-bound part)
         rollout = total("rollout_time")
@@ -288,11 +297,14 @@ def bench_size(size: str, model_dir: Path, seeds: int, steps: int, settings: dic
     ratio = ours["median_step_s"] / trl["median_step_s"]
     cpu_ratio = ours["median_step_cpu_s"] / trl["median_step_cpu_s"]
     target = TARGETS[size]
+    equal = settings["rollout_dtype"] == "float32"  # TRL has no sampler in another precision than its model's
     return {"seeds": seeds, "steps": steps, "warmup_dropped": warmup, "ours": ours, "trl": trl,
+            "equal_config": equal,
             "step_time_ratio_ours_over_trl": ratio, "step_cpu_ratio_ours_over_trl": cpu_ratio,
             "per_generated_token_ratio": ours["s_per_generated_token"] / trl["s_per_generated_token"],
             "per_trained_token_ratio": ours["s_per_trained_token"] / trl["s_per_trained_token"],
-            "target_ratio": target, "meets_target": ratio <= target and cpu_ratio <= target}
+            # a row that is not at equal config is reported, never judged against the equal-config target
+            "target_ratio": target, "meets_target": (ratio <= target and cpu_ratio <= target) if equal else None}
 
 
 def measure_bandwidth() -> dict:
@@ -313,6 +325,8 @@ def main() -> None:
     parser.add_argument("--num-iterations", type=int, default=1)
     parser.add_argument("--minibatches", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rollout-dtype", default="float32",
+                        help="our sampler's precision rows: float32 (equal config), bfloat16 (ours only: not equal)")
     parser.add_argument("--learning-rate", type=float, default=SETTINGS["learning_rate"])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "grpo_vs_trl.json"))
     parser.add_argument("--one", nargs=3, metavar=("IMPL", "MODEL_DIR", "SEED"))
@@ -335,13 +349,18 @@ def main() -> None:
             model_dir, model = smollm2_135m_dir(tmp)
         else:
             raise SystemExit(f"unknown size {size!r} (tiny, 135m)")
-        for ckpt in [x.strip() for x in args.checkpointing.split(",") if x.strip()]:
+        variants = [(c.strip(), d.strip()) for c in args.checkpointing.split(",") if c.strip()
+                    for d in args.rollout_dtype.split(",") if d.strip()]
+        for ckpt, dtype in variants:
             if ckpt not in ("off", "on"):
                 raise SystemExit(f"--checkpointing takes off and/or on, got {ckpt!r}")
+            if dtype not in ("float32", "bfloat16"):
+                raise SystemExit(f"--rollout-dtype takes float32 and/or bfloat16, got {dtype!r}")
             settings = {**SETTINGS, "gradient_checkpointing": ckpt == "on", "threads": args.threads,
                         "num_iterations": args.num_iterations, "minibatches": args.minibatches,
-                        "learning_rate": args.learning_rate}
-            key = f"{size} checkpointing {ckpt} mu {args.num_iterations} minibatches {args.minibatches}"
+                        "learning_rate": args.learning_rate, "rollout_dtype": dtype}
+            key = f"{size} checkpointing {ckpt} mu {args.num_iterations} minibatches {args.minibatches}" + \
+                ("" if dtype == "float32" else f" ours rollout {dtype}")
             row = {"model": model, "settings": settings, **bench_size(size, model_dir, args.seeds, args.steps,
                                                                         settings)}
             rows_decoded = settings["prompts_per_step"] * settings["num_generations"]
@@ -372,7 +391,7 @@ def main() -> None:
         print(f"{key}: ratio ours/TRL {r['step_time_ratio_ours_over_trl']:.2f} per step wall, "
               f"{r['step_cpu_ratio_ours_over_trl']:.2f} CPU, {r['per_generated_token_ratio']:.2f} per generated "
               f"token, {r['per_trained_token_ratio']:.2f} per trained token (target <= {r['target_ratio']}: "
-              f"{'met' if r['meets_target'] else 'NOT met'}); rollout at {r['bandwidth_share']['share']:.0%} of "
+              f"{VERDICT[r['meets_target']]}); rollout at {r['bandwidth_share']['share']:.0%} of "
               "the bandwidth ceiling")
     print(f"wrote {out}")
 

@@ -1,7 +1,7 @@
 """Resident memory per phase of our engine: SFT of SmolLM2-135M on 4 rows of 512 prompt tokens, and GRPO at the
 settings of benchmarks/bench_grpo_vs_trl.py, each with gradient checkpointing off and on (and SFT with the
 detached prompt, ``prompt_gradient: false``, and with ``update_rows``: SFT's chunks are plain gradient accumulation,
-GRPO's take one more forward pass without gradient).
+GRPO's take one more forward pass without gradient; and GRPO sampling from a bfloat16 copy, ``rollout_dtype``).
 
 Each configuration runs the real trainer in its own process (peak RSS is that run's). The backend's calls are
 wrapped to read RSS after each: "load" (model and adapter built), "rollout" (generate), "reference" (reference
@@ -42,7 +42,8 @@ CONFIGS = {
 JEMALLOC = {"sft": [{"gradient_checkpointing": False}, {"gradient_checkpointing": False, "update_rows": 1},
                     {"gradient_checkpointing": True}],
             "grpo": [{"gradient_checkpointing": False}, {"gradient_checkpointing": True},
-                     {"gradient_checkpointing": False, "update_rows": 4}]}
+                     {"gradient_checkpointing": False, "update_rows": 4},
+                     {"gradient_checkpointing": False, "rollout_dtype": "bfloat16"}]}
 
 
 def sft_rows(tokenizer) -> list[dict]:

@@ -13,7 +13,7 @@ Plan (SmolLM2-135M offline, `tool_calling` with the expected calls each log carr
 Each run nominates its best checkpoint on validation and looks once at test (`run_recipe`, the quickstart's own
 code). Per recipe the gate (`pipeline.gate.run_gate`: recorded test looks, paired over cases, seeds averaged per
 case, sign-flip p-value, bootstrap interval, no case regression past the tolerance) decides. Results:
-benchmarks/results/evidence.json, evidence.md and evidence.png.
+benchmarks/results/evidence.json, evidence.md and evidence.png (`--only tau-airline`: evidence_tau-airline.*).
 
 Resumable: every finished run leaves `evidence_run.json` in its folder under --work; a rerun skips finished runs
 and restarts an unfinished one from scratch (a killed run loses only the run it was in). Run folders live under
@@ -150,13 +150,13 @@ def gate(records: Sequence[Mapping[str, Any]], test: str, output: Path) -> dict[
 
 def run(plan: Sequence[tuple[str, str, int]] = PLAN, *, fast: bool = False, work: Path | None = None,
         output: Path | None = None, data_root: Path = DATA, log: Callable[[str], None] = _log,
-        preset: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        preset: Mapping[str, Any] | None = None, threads: int | None = None) -> dict[str, Any]:
     import torch
 
     from stateset_agents.pipeline.quickstart import FAST, FULL, cpu_threads
 
     preset = preset or (FAST if fast else FULL)
-    threads = cpu_threads()
+    threads = cpu_threads(threads)
     torch.set_num_threads(threads)
     log(f"{threads} CPU thread(s); load average {os.getloadavg()[0]:.2f}")
     output = Path(output or RESULTS)
@@ -175,12 +175,22 @@ def run(plan: Sequence[tuple[str, str, int]] = PLAN, *, fast: bool = False, work
               "reward": REWARD, "preset": preset, "groups": groups, "seconds": round(time.time() - started, 1),
               "revision": revision(),
               "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    name = "evidence_fast" if fast else "evidence"
+    name = results_name(plan, fast)
     output.mkdir(parents=True, exist_ok=True)
     (output / f"{name}.json").write_text(json.dumps(report, indent=1))
     (output / f"{name}.md").write_text(render(report))
     plot(report, output / f"{name}.png")
     return report
+
+
+def results_name(plan: Sequence[tuple[str, str, int]], fast: bool) -> str:
+    """evidence[_fast], with the data sources appended when the plan is part of PLAN (`--only`): a partial run
+    never overwrites the whole plan's results."""
+    name = "evidence_fast" if fast else "evidence"
+    sources = sorted({data for data, _, _ in plan})
+    if sources != sorted({data for data, _, _ in PLAN}):
+        name += "_" + "+".join(sources)
+    return name
 
 
 def render(report: Mapping[str, Any]) -> str:
@@ -248,10 +258,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, help="run folders (default ~/.cache/stateset-agents/evidence/)")
     parser.add_argument("--output", type=Path, help="results folder (default benchmarks/results)")
     parser.add_argument("--data", type=Path, default=DATA, help="folder holding tau-airline/")
+    parser.add_argument("--threads", type=int,
+                        help="torch threads (default: the cores the load average leaves free, read at start)")
     parser.add_argument("--only", help="comma-separated data sources to run (samples, tau-airline)")
     args = parser.parse_args(argv)
     plan = [p for p in PLAN if not args.only or p[0] in args.only.split(",")]
-    report = run(plan, fast=args.fast, work=args.work, output=args.output, data_root=args.data)
+    report = run(plan, fast=args.fast, work=args.work, output=args.output, data_root=args.data,
+                 threads=args.threads)
     print(render(report))
     return 0
 

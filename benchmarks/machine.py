@@ -30,14 +30,15 @@ def copy_bandwidth(megabytes: int = 1024, repeats: int = 5) -> dict:
             "repeats": repeats, "method": "numpy copyto of a float64 array (bytes read + written) / best time"}
 
 
-def weight_bytes(model) -> int:
-    """Bytes of every parameter a forward pass reads (the base weights and any adapter), tied weights once."""
+def weight_bytes(model, element_size: int | None = None) -> int:
+    """Bytes of every parameter a forward pass reads (the base weights and any adapter), tied weights once;
+    `element_size`: as if each were stored with that many bytes (a bfloat16 sampler's copy: 2)."""
     seen, total = set(), 0
     for p in model.parameters():
         if p.data_ptr() in seen:
             continue
         seen.add(p.data_ptr())
-        total += p.numel() * p.element_size()
+        total += p.numel() * (element_size or p.element_size())
     return total
 
 

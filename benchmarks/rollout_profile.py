@@ -10,12 +10,14 @@ benchmarks/bench_grpo_vs_trl.py (SmolLM2-135M, 2 prompts x G 4 = 8 rows, 16 new 
   attention, elementwise and norms, sampling and the log-prob recorder), and the wall time no operator accounts
   for (Python and transformers' generate loop).
 
-Usage: python benchmarks/rollout_profile.py [--repeats 3] [--threads 1]
-Writes benchmarks/results/rollout_profile.json.
+Usage: python benchmarks/rollout_profile.py [--repeats 3] [--threads 1] [--rollout-dtype float32|bfloat16]
+Writes benchmarks/results/rollout_profile.json (bfloat16: rollout_profile_bfloat16.json, the ceiling from the bytes
+of the bfloat16 copy the sampler reads).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import tempfile
@@ -65,7 +67,7 @@ def linear_floor(model, rows: int, repeats: int) -> float:
     head = model.get_output_embeddings().weight.detach()
     if head.data_ptr() not in seen:
         weights.append(head)
-    xs = [torch.randn(rows, w.shape[1]) for w in weights]
+    xs = [torch.randn(rows, w.shape[1], dtype=w.dtype) for w in weights]
 
     def one_step():
         with torch.inference_mode():
@@ -80,6 +82,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rollout-dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="the sampler's precision (bfloat16: `rollout_dtype`'s copy of the weights)")
     args = parser.parse_args(argv)
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -97,7 +101,7 @@ def main(argv=None) -> int:
     model_dir, model_name = bench.smollm2_135m_dir(Path(tempfile.mkdtemp()))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     config = GRPOConfig(lora_r=settings["lora_r"], lora_alpha=settings["lora_alpha"],
-                        max_new_tokens=settings["max_new_tokens"])
+                        max_new_tokens=settings["max_new_tokens"], rollout_dtype=args.rollout_dtype)
     backend = LocalTorchBackend(AutoModelForCausalLM.from_pretrained(model_dir), tokenizer, config)
     renderer = ChatRenderer(tokenizer, 2048)
     g = settings["num_generations"]
@@ -125,13 +129,17 @@ def main(argv=None) -> int:
     ids = torch.tensor([[tokenizer.pad_token_id or 0] * (width - len(p)) + p for p in distinct])
     attn = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in distinct])
 
+    def sampler_weights():  # the weights generate reads: the bfloat16 copy's inside its swap
+        return backend.rollout.weights(backend.policy_version) if backend.rollout else contextlib.nullcontext()
+
     def prefill():
-        with torch.inference_mode():
+        with torch.inference_mode(), sampler_weights():
             backend.model(input_ids=ids, attention_mask=attn, use_cache=True, logits_to_keep=1)
 
     prefill()
     prefill_s = median_time(prefill, args.repeats)
-    floor_step_s = linear_floor(backend.model, rows, args.repeats)
+    with sampler_weights():
+        floor_step_s = linear_floor(backend.model, rows, args.repeats)
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
@@ -150,11 +158,12 @@ def main(argv=None) -> int:
     in_ops = sum(by_group.values())
 
     bandwidth = machine.copy_bandwidth()
-    weights = machine.weight_bytes(backend.model)
+    weights = machine.weight_bytes(backend.model, 2 if args.rollout_dtype == "bfloat16" else None)
     share = machine.bandwidth_share(generated / wall, bandwidth["bytes_per_s"], weights, rows)
     decode_steps = new_tokens
     result = {
         "model": model_name, "rows": rows, "new_tokens": new_tokens, "threads": args.threads,
+        "rollout_dtype": args.rollout_dtype,
         "repeats": args.repeats, "torch": torch.__version__,
         "rollout_wall_s": wall, "generated_tokens": generated, "tokens_per_s": generated / wall,
         "bandwidth": bandwidth, "bandwidth_share": share,
@@ -172,10 +181,11 @@ def main(argv=None) -> int:
         "profile_outside_operators_s": max(profiled_wall - in_ops, 0.0),
         "profile_top_operators": [{"op": name, "self_cpu_s": s, "calls": calls} for s, name, calls in top[:15]],
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    tmp = RESULTS.with_suffix(".tmp")
+    out = RESULTS if args.rollout_dtype == "float32" else RESULTS.with_name(f"rollout_profile_{args.rollout_dtype}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(RESULTS)
+    tmp.replace(out)
     print(f"rollout {wall:.2f} s for {generated} tokens ({generated / wall:.1f} tokens/s) = "
           f"{share['share']:.0%} of the bandwidth ceiling ({share['ceiling_tokens_per_s']:.0f} tokens/s, "
           f"{result['ceiling_rollout_s']:.2f} s)")
@@ -186,7 +196,7 @@ def main(argv=None) -> int:
     print(f"profiled rollout {profiled_wall:.2f} s: " + ", ".join(
         f"{k} {v:.2f} s" for k, v in result["profile_self_cpu_s_by_group"].items())
         + f", outside any operator {result['profile_outside_operators_s']:.2f} s")
-    print(f"wrote {RESULTS}")
+    print(f"wrote {out}")
     return 0
 
 

@@ -34,10 +34,10 @@ def test_evidence_runs_gates_renders_and_resumes(tmp_path, monkeypatch):
         assert len((run / "test_looks.jsonl").read_text().splitlines()) == 1
         assert r["test"]["statistics"]["cases"] == 40
     assert "promoted" in group["gate"] and group["gate"]["cases"] == 40
-    table = (out / "evidence_fast.md").read_text()
+    table = (out / "evidence_fast_samples.md").read_text()
     assert table.count("| samples | sft | ") == 3  # two runs and the gate row
-    assert (out / "evidence_fast.png").stat().st_size > 0
-    assert json.loads((out / "evidence_fast.json").read_text())["groups"][0]["recipe"] == "sft"
+    assert (out / "evidence_fast_samples.png").stat().st_size > 0
+    assert json.loads((out / "evidence_fast_samples.json").read_text())["groups"][0]["recipe"] == "sft"
 
     # a run killed midway leaves its folder without the completion record: the rerun keeps seed 0, redoes seed 1
     seed1 = Path(group["runs"][1]["run"]).parents[1]
@@ -49,3 +49,10 @@ def test_evidence_runs_gates_renders_and_resumes(tmp_path, monkeypatch):
     assert any("seed 1: an unfinished run, started over" in line for line in lines)
     assert (Path(group["runs"][0]["run"]) / "nomination.json").read_bytes() == kept
     assert [r["seed"] for r in again["groups"][0]["runs"]] == [0, 1]
+
+
+def test_a_partial_plan_names_its_sources():
+    evidence = _module()
+    assert evidence.results_name(evidence.PLAN, fast=False) == "evidence"
+    assert evidence.results_name([("tau-airline", "sft->grpo", 3)], fast=False) == "evidence_tau-airline"
+    assert evidence.results_name([("samples", "sft", 2)], fast=True) == "evidence_fast_samples"

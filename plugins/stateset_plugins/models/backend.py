@@ -191,16 +191,18 @@ def _lean_lora_forward(self, x, *args, **kwargs):
     """PEFT's LoRA ``Linear.forward`` for the one case this trainer builds (one vanilla adapter, no dropout, no
     bias, unmerged, one dtype), as the same tensor operations in the same order, so the same bits, without the
     per-call bookkeeping (argument checks, dict lookups, three nested module calls) that dominates small models.
-    Anything else (extra arguments, another active adapter, a merge, a dtype cast) takes PEFT's own path."""
+    Anything else (extra arguments, another active adapter, a merge, an input in another dtype than the weights')
+    takes PEFT's own path. The weights' dtype is read per call: a bfloat16 sampler swaps them all at once."""
     name = self._lean_adapter
-    if args or kwargs or self.merged_adapters or self._active_adapter != self._lean_active or \
-            x.dtype != self._lean_dtype:
+    if args or kwargs or self.merged_adapters or self._active_adapter != self._lean_active:
         return type(self).forward(self, x, *args, **kwargs)
     base = self.base_layer
+    a, b = self.lora_A[name].weight, self.lora_B[name].weight
+    if not x.dtype == base.weight.dtype == a.dtype:  # (b's dtype is a's: the weights are swapped together)
+        return type(self).forward(self, x, *args, **kwargs)
     result = torch.nn.functional.linear(x, base.weight, base.bias)
     if self._disable_adapters:
         return result
-    a, b = self.lora_A[name].weight, self.lora_B[name].weight
     return result + torch.nn.functional.linear(torch.nn.functional.linear(x, a), b) * self.scaling[name]
 
 
@@ -224,7 +226,7 @@ def install_lean_lora(model) -> int:
                  and not any(m._forward_hooks or m._forward_pre_hooks for m in (module, base, a, b)))
         if not plain:
             continue
-        module._lean_adapter, module._lean_active, module._lean_dtype = name, module._active_adapter, a.weight.dtype
+        module._lean_adapter, module._lean_active = name, module._active_adapter
         module.forward = types.MethodType(_lean_lora_forward, module)
         count += 1
     return count
@@ -308,12 +310,18 @@ class LocalTorchBackend:
         self._num_params = sum(p.numel() for p in self.model.parameters())
         self._trainable = params
         self.policy_version = 0  # bumped whenever the adapter weights change (an update, a loaded adapter)
-        self.rollout = None
+        self.rollout = None  # a sampler other than this model in its own dtype: its samples get the TIS correction
         if use_vllm:
             from .vllm_rollout import VLLMRollout
 
             self.rollout = VLLMRollout(base_path, getattr(tokenizer, "name_or_path", "") or base_path, config,
                                        self.eos_ids, self.save_adapter)
+        else:
+            from .low_precision import ROLLOUT_DTYPES, LowPrecisionRollout
+
+            dtype = ROLLOUT_DTYPES[getattr(config, "rollout_dtype", "float32")]
+            if dtype is not None and any(p.dtype != dtype for p in self.model.parameters()):
+                self.rollout = LowPrecisionRollout(self.model, dtype, self._generate_here)
 
     def _build_optimizer(self) -> None:
         if self._optimizer is None:
@@ -396,6 +404,11 @@ class LocalTorchBackend:
         if self.rollout is not None:
             return self.rollout.generate(prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                                          adapter=adapter, version=self.policy_version)
+        return self._generate_here(prompts, max_new_tokens=max_new_tokens, temperature=temperature, adapter=adapter)
+
+    def _generate_here(self, prompts, *, max_new_tokens, temperature, adapter=True):
+        """transformers ``generate`` on this process's model, as its weights are (a low-precision rollout swaps
+        them around this call)."""
         # inference mode: nothing sampled here is ever differentiated (the update recomputes what it needs); on a
         # CPU, at most GENERATE_ROWS_CPU rows at a time: the KV cache of 40 support prompts is over a GB
         rows = GENERATE_ROWS_CPU if self.device.type == "cpu" else len(prompts)
@@ -521,10 +534,10 @@ class LocalTorchBackend:
         return {"loss": float(loss.detach()), **stats}
 
     def _loss(self, new_logp, batch, loss_fn, values=None):
-        """The objective's loss on these log-probs (importance-corrected when a vLLM rollout sampled them), checked
+        """The objective's loss on these log-probs (importance-corrected when another sampler drew them), checked
         finite; its stats carry the correction's."""
         mismatch: dict[str, float] = {}
-        if self.rollout is not None and hasattr(self.config, "tis_cap"):
+        if self.rollout is not None and hasattr(self.config, "tis_cap"):  # a sampling objective's rollouts
             batch, mismatch = self._importance_correction(new_logp, batch)
         loss, stats = loss_fn(new_logp, batch) if values is None else loss_fn(new_logp, batch, values)
         if not torch.isfinite(loss):
@@ -577,14 +590,14 @@ class LocalTorchBackend:
         return {"loss": float(loss.detach()), **stats}
 
     def _importance_correction(self, new_logp, batch):
-        from .vllm_rollout import apply_tis
+        from .importance import apply_tis
 
         if self.rollout.sampled_version != self.policy_version:
             # the live log-probs stand for the sampling policy's only while the weights are the ones that sampled
             raise IntegrityError("batch", f"sampled by policy version {self.rollout.sampled_version}, trained at "
                                           f"{self.policy_version}: the importance correction needs the trainer's "
                                           "log-probs of the sampling policy")
-        return apply_tis(new_logp, batch, self.config.tis_cap)
+        return apply_tis(new_logp, batch, self.config.tis_cap, self.rollout.name)
 
     def optimizer_step(self, *, policy=True):
         """One step of the LoRA optimizer (and the value head's, if any); ``policy=False`` steps only the value

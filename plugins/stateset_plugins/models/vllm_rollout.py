@@ -21,7 +21,6 @@ test here runs a real vLLM engine.
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import math
 import shutil
@@ -34,6 +33,7 @@ import torch
 from stateset_agents.core.errors import ComponentUnavailable
 
 from .batch import Generation, IntegrityError
+from .importance import apply_tis, tis_weights  # noqa: F401  (the correction vLLM's samples need)
 
 INSTALL = "pip install 'stateset-agents[vllm]'"
 MIN_VERSION = (0, 10)  # the first release with logprobs_mode="processed_logprobs"; names checked against 0.33.0
@@ -183,6 +183,7 @@ class VLLMRollout:
         root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="stateset-vllm-adapters-"))
         self.adapters = AdapterVersions(root, save_adapter, request_cls)
         self.sampled_version: int | None = None  # the policy version of the last adapter rollout
+        self.name = "vllm"  # the mismatch stats are named after it
         self._llm = None
         self.engine_args()  # an unservable configuration (a LoRA rank vLLM lacks) is refused now, not mid-run
 
@@ -227,44 +228,3 @@ class VLLMRollout:
         if adapter:
             self.sampled_version = version
         return gens
-
-
-# --------------------------------------------------------------------------------- truncated importance sampling
-def tis_weights(trainer_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
-                cap: float | None) -> tuple[torch.Tensor, dict[str, float]]:
-    """Per sampled token w = min(exp(logp_trainer - logp_vllm), cap) (1 without a cap, 0 off the mask), and the
-    mismatch stats: mean and max |logp_trainer - logp_vllm|, the fraction of tokens whose weight was capped."""
-    on = mask > 0
-    delta = torch.where(on, trainer_logp.detach() - behaviour_logp, torch.zeros_like(trainer_logp))
-    ratio = torch.exp(delta)
-    if cap is None:
-        weight = torch.ones_like(ratio)
-        capped = torch.zeros_like(on)
-    else:
-        weight = torch.clamp(ratio, max=float(cap))
-        capped = ratio > cap
-    weight = torch.where(on, weight, torch.zeros_like(weight))
-    count = max(int(on.sum()), 1)
-    stats = {"vllm_logp_abs_diff_mean": float(delta.abs().sum()) / count,
-             "vllm_logp_abs_diff_max": float(delta.abs().max()) if on.any() else 0.0,
-             "tis_clip_fraction": float((capped & on).sum()) / count,
-             "tis_weight_mean": float(weight.sum()) / count}
-    return weight, stats
-
-
-def apply_tis(new_logp: torch.Tensor, batch, cap: float | None):
-    """The batch the loss sees and the mismatch stats.
-
-    The trainer's log-probs of the sampling policy are the live ones (one optimizer update per rollout batch, and
-    the caller checks that the weights have not moved since sampling), so they replace vLLM's as the ratio's
-    denominator. Each token's gradient is scaled by its TIS weight through a hook: every objective's per-token
-    term depends on the live log-prob of that token only, so this equals weighting each token's loss term.
-    """
-    mask = batch.completion_mask
-    old = new_logp.detach()
-    weight, stats = tis_weights(old, batch.behaviour_logp, mask, cap)
-    if new_logp.requires_grad and cap is not None:
-        weight = weight.to(new_logp.device)
-        new_logp.register_hook(lambda grad: grad * weight)
-    denominator = torch.where(mask > 0, old, torch.full_like(old, math.nan))
-    return dataclasses.replace(batch, behaviour_logp=denominator), stats

@@ -14,6 +14,7 @@ from stateset_agents.core.errors import InputError
 from stateset_agents.core.jsonio import digest
 
 ROLLOUT_ENGINES = ("transformers", "vllm")
+ROLLOUT_DTYPES = ("float32", "bfloat16")  # `models.low_precision` maps them to torch dtypes
 
 
 @dataclass
@@ -54,6 +55,12 @@ class TrainConfig:
       in the training process) or "vllm" (an offline vLLM engine with the adapter swapped in per policy version;
       needs ``pip install 'stateset-agents[vllm]'``, see docs/gpu.md). ``vllm_engine_args`` ({}): extra
       ``vllm.LLM`` arguments (``gpu_memory_utilization`` defaults to 0.5 there, leaving room for the trainer).
+    * ``rollout_dtype`` ("float32"): with ``rollout_engine: transformers``, "bfloat16" samples from a bfloat16 copy
+      of the weights (`models.low_precision`: the frozen weights cast once, about half the model's float32 size
+      more memory; the adapter re-cast per update) while the update stays float32; a sampling objective's loss
+      then takes the truncated importance correction (``tis_cap``) and reports the mismatch. Decoding on a CPU
+      with AMX (and on a GPU) is several times faster in bfloat16. The training process's validation replies
+      come from the same copy; ``evaluate`` and serving run the adapter at the model's own dtype.
     """
 
     algorithm: ClassVar[str] = ""
@@ -80,6 +87,7 @@ class TrainConfig:
     device: str = "auto"
     rollout_engine: str = "transformers"
     vllm_engine_args: dict = dataclasses.field(default_factory=dict)
+    rollout_dtype: str = "float32"
 
     def __post_init__(self):
         positive = ("steps", "batch_size", "max_prompt_tokens", "max_new_tokens", "lora_r", "save_every",
@@ -102,6 +110,12 @@ class TrainConfig:
         if self.rollout_engine not in ROLLOUT_ENGINES:
             raise InputError(f"rollout_engine must be one of {', '.join(ROLLOUT_ENGINES)}, got "
                              f"{self.rollout_engine!r}", field="rollout_engine")
+        if self.rollout_dtype not in ROLLOUT_DTYPES:
+            raise InputError(f"rollout_dtype must be one of {', '.join(ROLLOUT_DTYPES)}, got {self.rollout_dtype!r}",
+                             field="rollout_dtype")
+        if self.rollout_dtype != "float32" and self.rollout_engine != "transformers":
+            raise InputError("rollout_dtype sets the precision of transformers rollouts; vLLM takes its own "
+                             "(vllm_engine_args: dtype)", field="rollout_dtype")
         if not isinstance(self.vllm_engine_args, Mapping):
             raise InputError("vllm_engine_args must be a mapping of vllm.LLM arguments", field="vllm_engine_args")
 
@@ -152,9 +166,9 @@ class PolicyConfig(TrainConfig):
       ``num_iterations x minibatches`` optimizer steps; ``steps`` and ``save_every`` count optimizer steps and must
       be multiples of it, so checkpoints (and a stop) fall on rollout-batch boundaries and resume stays exact.
       Defaults keep one update per rollout batch (PPO's paper used mu 4 to 10 with 32 minibatches, GRPO's mu 1).
-    * ``tis_cap`` (2.0): with ``rollout_engine: vllm``, the cap C of the truncated importance weight
-      min(exp(logp_trainer - logp_vllm), C) that corrects the sampler/trainer mismatch in the loss; null turns the
-      correction off (the mismatch is still reported).
+    * ``tis_cap`` (2.0): with ``rollout_engine: vllm`` or ``rollout_dtype: bfloat16``, the cap C of the truncated
+      importance weight min(exp(logp_trainer - logp_sampler), C) that corrects the sampler/trainer mismatch in the
+      loss; null turns the correction off (the mismatch is still reported).
     """
 
     #: clip-higher objectives require epsilon_high >= epsilon; CISPO's lower bound is "off" (a large epsilon)
@@ -181,10 +195,11 @@ class PolicyConfig(TrainConfig):
                 raise InputError(f"{name} {getattr(self, name)} is not a multiple of num_iterations x minibatches "
                                  f"= {per}: {name} counts optimizer steps, and checkpoints fall on rollout-batch "
                                  "boundaries", field=name)
-        if per > 1 and self.rollout_engine != "transformers":
+        if per > 1 and (self.rollout_engine != "transformers" or self.rollout_dtype != "float32"):
             raise InputError("num_iterations/minibatches > 1 reuse a rollout batch after the weights moved; the "
-                             "vLLM importance correction needs the sampling policy's weights: use "
-                             "rollout_engine transformers", field="num_iterations")
+                             "importance correction of another sampler (vLLM, a bfloat16 copy) needs the sampling "
+                             "policy's weights: use rollout_engine transformers with rollout_dtype float32",
+                             field="num_iterations")
         if self.tis_cap is not None and not self.tis_cap > 0:
             raise InputError("tis_cap must be positive (or null: no correction)", field="tis_cap")
         if self.num_generations < 2:
