@@ -107,11 +107,11 @@ def run_one(data: str, recipe: str, seed: int, files: Mapping[str, Any], work: P
         log(f"  {data} {recipe} seed {seed}: an unfinished run, started over")
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    started = time.time()
+    started, code = time.time(), revision()  # the code the run starts with (its child processes import it then)
     result = QuickstartResult(folder)
     run_recipe(result, Path(files["curated"]), Path(files["validation"]), Path(files["test"]), preset, seed=seed,
                recipe=recipe, policy=files.get("policy"), step=lambda m: log(f"    {m}"))
-    record = {"data": data, "recipe": recipe, "seed": seed, "run": str(result.run), "revision": revision(),
+    record = {"data": data, "recipe": recipe, "seed": seed, "run": str(result.run), "revision": code,
               "seconds": round(time.time() - started, 1), **summary_record(result)}
     (folder / DONE).write_text(json.dumps(record, indent=1))
     log(f"  {data} {recipe} seed {seed}: test {_short(record)} ({record['seconds']:.0f} s)")
