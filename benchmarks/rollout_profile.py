@@ -181,7 +181,8 @@ def main(argv=None) -> int:
         "profile_outside_operators_s": max(profiled_wall - in_ops, 0.0),
         "profile_top_operators": [{"op": name, "self_cpu_s": s, "calls": calls} for s, name, calls in top[:15]],
     }
-    out = RESULTS if args.rollout_dtype == "float32" else RESULTS.with_name(f"rollout_profile_{args.rollout_dtype}.json")
+    suffix = "" if args.rollout_dtype == "float32" else f"_{args.rollout_dtype}"
+    out = RESULTS.with_name(f"rollout_profile{suffix}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")

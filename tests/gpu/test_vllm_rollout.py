@@ -15,7 +15,8 @@ import torch
 from stateset_agents.core.errors import ComponentUnavailable
 from stateset_plugins.models.backend import LocalTorchBackend
 from stateset_plugins.models.batch import Generation, IntegrityError, Sample, collate
-from stateset_plugins.models.vllm_rollout import AdapterVersions, apply_tis, tis_weights, to_generations
+from stateset_plugins.models.importance import apply_tis, tis_weights
+from stateset_plugins.models.vllm_rollout import AdapterVersions, to_generations
 from stateset_plugins.trainers.objectives.common import policy_loss
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm"

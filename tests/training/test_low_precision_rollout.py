@@ -75,7 +75,6 @@ def test_the_loss_takes_the_trainers_logprobs_and_each_tokens_weight(tiny):
         return obj.loss(new, b, cfg)
 
     mask = batch.completion_mask > 0
-    stats, uncapped_grads = None, None
     cfg.tis_cap = None  # weight 1 everywhere: the reference gradient
     _, uncapped_grads = _gradient(backend, batch, loss_fn)
     trainer = backend.logprobs(batch, temperature=0.8)

@@ -33,7 +33,6 @@ import torch
 from stateset_agents.core.errors import ComponentUnavailable
 
 from .batch import Generation, IntegrityError
-from .importance import apply_tis, tis_weights  # noqa: F401  (the correction vLLM's samples need)
 
 INSTALL = "pip install 'stateset-agents[vllm]'"
 MIN_VERSION = (0, 10)  # the first release with logprobs_mode="processed_logprobs"; names checked against 0.33.0
