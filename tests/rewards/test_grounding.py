@@ -1,5 +1,6 @@
 """_grounding: a reply's values (amounts, dates, times, ids, names) are grounded in what came before it."""
-from stateset_plugins.rewards._grounding import GroundingIndex, context_values, mentioned_values, ungrounded
+from stateset_plugins.rewards._grounding import (GroundingIndex, context_values, digit_values, mentioned_values,
+                                                 readable, ungrounded)
 from tests.rewards.reward_builders import assistant, tool, user
 
 
@@ -30,6 +31,17 @@ def test_numbers_match_on_boundaries_not_inside_other_numbers():
     assert "n:3125" not in context and "n:125" not in context and "n:45" not in context  # 45.5 is not 45
     assert "n:1250" in context  # but four digits may be the last four of a longer number (a card, an account)
     assert "n:3/4" in context and "n:91/2" in context  # 0.75 and 45.5 themselves
+
+    # a decimal may go on in zeros ("312.40" grounds 312.4), a whole number may not ("3120" is not 312)
+    written = context_values([user("I was charged 312.40 and then 3120")], 1)
+    assert "n:1562/5" in written and "n:312" not in written and "n:31" not in written
+
+
+def test_digit_values_are_the_values_written_with_digits():
+    text = "Flight QZ104 leaves at 8:00 AM on May 20th from LHR; total $1,250.00, thank you Zoltan."
+    assert digit_values(text) == [v for v in mentioned_values(text) if v not in ("id:lhr", "name:zoltan")]
+    assert digit_values("Thank you, Zoltan, from LHR.") == []
+    assert [readable(v) for v in digit_values("That is $312.40 on May 2.")] == ["05-02", "312.4"]
 
 
 def test_only_what_came_before_the_turn_grounds_it():

@@ -18,10 +18,9 @@ from stateset_agents.core.runtimes import load_component
 
 TARGET = 0.9
 # Known short of the target, guarded at what it measures so that it cannot fall further unnoticed; raise the floor
-# when the reward improves. With expected calls, tool_calling counts expected lookups only where no write is expected
-# (counting them, or checking the values a reply states against the context, cost the AUC: 0.934 -> 0.927 and
-# 0.908), so a lookup removed before a reply that states its result ties in a quarter of the conversations.
-OPEN = {("tool_calling, expected calls", "skipped_lookup"): 0.75}
+# when the reward improves. None now: with expected calls, tool_calling 2.2.0 judges what replies state against the
+# context (in the final turn's conduct), so a lookup removed before a reply that states its result no longer ties.
+OPEN: dict[tuple[str, str], float] = {}
 MIN_APPLIED = 30  # a win rate over fewer conversations says little: the test fails rather than passes vacuously
 SEED = 0
 

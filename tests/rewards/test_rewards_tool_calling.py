@@ -1,5 +1,7 @@
 import json
 
+import pytest
+
 from stateset_plugins.rewards.tool_calling import CONDUCT_WEIGHT, ToolCallingReward
 from tests.rewards.reward_builders import assistant, conversation, tool, user
 
@@ -315,6 +317,33 @@ def test_expected_lookups_count_only_where_no_write_is_expected():
     only_lookup = conversation([user("where is order A1?"), assistant("It is on its way.")], TOOLS,
                                expected_tool_calls=[lookup])
     assert reward.grade_turn(only_lookup, 1).breakdown["completion"] == 0.0
+
+
+def test_a_reply_stating_values_no_lookup_returned_costs_conduct_where_writes_are_expected():
+    # Expected writes vouch for the calls, not for what the agent tells the user: an answer about an order that was
+    # never looked up states a total found nowhere before it, and the final turn's conduct pays for it.
+    reward = ToolCallingReward()
+    write = {"name": "refund", "arguments": {"order_id": "A1", "amount": 250}}
+    lookup = [assistant(None, [("get_order", json.dumps({"order_id": "A1"}))]),
+              tool("call_0_get_order", '{"order_id": "A1", "total": 312.40, "placed": "2024-05-02"}')]
+    tail = [assistant("Order A1 came to $312.40, placed on May 2. Shall I refund 250?"), user("yes please"),
+            assistant(None, [refund_call({"order_id": "A1", "amount": 250})]), tool("call_1_refund", '{"ok": true}'),
+            assistant("Done.")]
+    looked_up = conversation([user("refund 250 on order A1")] + lookup + tail, TOOLS, expected_tool_calls=[write])
+    skipped = conversation([user("refund 250 on order A1")] + tail, TOOLS, expected_tool_calls=[write])
+    kept = reward.grade_turn(looked_up, len(looked_up["messages"]) - 1)
+    assert kept.score == 1.0 and kept.breakdown["grounded_replies"] == 1.0
+    answered = reward.grade_turn(skipped, len(skipped["messages"]) - 1)
+    # the write was the expected one; of what the reply told the user, A1 and 250 the user said, 312.40 and May 2
+    # came from nowhere: half the reply's values, half the conduct
+    assert answered.breakdown["expected_done"] == "1/1" and answered.breakdown["grounded_replies"] == 0.5
+    assert answered.score == pytest.approx(1 - CONDUCT_WEIGHT / 2)
+    assert "312.4" in answered.reason and "05-02" in answered.reason
+    # grounded values earn nothing: they do not dilute another conduct fault (a claim no call made)
+    claim = conversation([user("refund 250 on order A1"), assistant("I've refunded 250 on order A1.")], TOOLS,
+                         expected_tool_calls=[write])
+    claimed = reward.grade_turn(claim, 1)
+    assert claimed.breakdown["grounded_replies"] == 1.0 and claimed.score == 0.0
 
 
 def test_breakdown_keeps_numeric_checks_at_the_top_level_and_the_version_moved():

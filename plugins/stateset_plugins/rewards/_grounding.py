@@ -44,6 +44,7 @@ _MONTH_NAMES = ("january", "february", "march", "april", "may", "june", "july", 
 _MONTHS = {name: i for i, name in enumerate(_MONTH_NAMES, start=1)}
 _MONTHS.update({name[:3]: i for i, name in enumerate(_MONTH_NAMES, start=1)})
 _MONTHS["sept"] = 9
+_MONTH_PREFIXES = tuple(name[:3] for name in _MONTH_NAMES)
 _CALENDAR_WORDS = frozenset(_MONTHS) | {"monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 _MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _MONTH_DAY = re.compile(rf"(?i)(?=[a-z0-9])\b(?:({_MONTH})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?|(\d{{1,2}})(?:st|nd|rd|th)?\s+"
@@ -122,6 +123,28 @@ def mentioned_values(text: str, tokens: Sequence[str] | None = None,
 
 
 _HAS_DIGIT = re.compile(r"\d").search
+
+
+def digit_values(text: str) -> list[str]:
+    """The values of `mentioned_values` that are written with digits (numbers, amounts, dates, times, ids such as
+    "HAT001"), without reading the text's words: a text with no digit costs one search. Capitalised codes and
+    names written without digits ("JFK", "Mia") are left out."""
+    first_digit = _HAS_DIGIT(text)
+    if not first_digit:
+        return []
+    out: list[str] = []
+    days: set[int] = set()
+    lowered = text.lower()
+    # Every month name starts with its three-letter abbreviation: substring tests are far cheaper than the pattern.
+    months = _MONTH_DAY.finditer(text) if any(m in lowered for m in _MONTH_PREFIXES) else ()
+    for match in months:
+        month = _MONTHS[(match.group(1) or match.group(4)).lower()]
+        day = int(match.group(2) or match.group(3))
+        days.add(match.start(2) if match.group(2) else match.start(3))
+        if 1 <= day <= 31:
+            out.append(f"d:{month:02d}-{day:02d}")
+    _digit_values(text, out, days, first_digit.start())
+    return out
 _WORD_BEFORE = re.compile(r"\w+$")
 _WORD_AFTER = re.compile(r"\w*")
 
@@ -190,8 +213,9 @@ def _occurs(needle: str, haystack: str, digits: bool, tail_digits: bool = False,
             if ok and after == "." and stop + 1 < len(haystack) and haystack[stop + 1].isdigit():
                 fraction = _FRACTION.match(haystack, stop).group(0)
                 ok = "." not in needle and not fraction.strip(".0")
-            elif ok:
-                ok = not after.isdigit()
+            elif ok and after.isdigit():
+                # "312.4" is written "312.40" too: a decimal may go on in zeros, nothing else
+                ok = "." in needle and not _DIGIT_RUN.match(haystack, stop).group(0).strip("0")
         else:
             ok = not before.isalnum() and not after.isalnum()
         if ok:
@@ -201,6 +225,7 @@ def _occurs(needle: str, haystack: str, digits: bool, tail_digits: bool = False,
 
 
 _FRACTION = re.compile(r"\.\d+")
+_DIGIT_RUN = re.compile(r"\d+")
 
 
 @lru_cache(maxsize=4096)
@@ -248,6 +273,13 @@ def _spelled(value: str) -> list[tuple[str, bool | str]]:
             forms.append((f"{twelve} {meridiem}", False))
         return forms
     return [(body, False)]
+
+
+def readable(value: str) -> str:
+    """A canonical value as a reason shows it: a number as it is written ("312.4", not "1562/5"), else its body."""
+    if value.startswith("n:"):
+        return _spelled(value)[0][0]
+    return value.partition(":")[2]
 
 
 def first_grounding(value: str, text: str, start: int, end: int) -> int:

@@ -18,10 +18,12 @@ import json
 import re
 import fractions
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 from stateset_agents import Reward, TurnGrade
 
+from ._grounding import GroundingIndex, digit_values, readable
 from ._text import parse_arguments
 from ._tool_grounding import PROSE_WORDS, ConversationFacts, claims_change, enum_values, value_leaves
 from ._tools import declared_tools, tool_kind
@@ -121,7 +123,7 @@ def _mean(values: Sequence[float]) -> float:
 
 class ToolCallingReward(Reward):
     name = "tool_calling"
-    version = "2.1.0"
+    version = "2.2.0"
     config_schema = {
         "type": "object",
         "properties": {
@@ -365,6 +367,12 @@ def _shape(tool: Mapping[str, Any] | None) -> tuple[Any, Mapping[str, Any] | Non
             required if isinstance(required, list) else None)
 
 
+@lru_cache(maxsize=4096)
+def _reply_values(text: str) -> tuple[str, ...]:
+    """`digit_values` of a reply, kept for the replies an agent says again and again."""
+    return tuple(digit_values(text))
+
+
 class _ExpectedReplay:
     """Grading against expected calls: the conversation's calls replayed in order, consuming the expected ones."""
 
@@ -492,6 +500,29 @@ class _ExpectedReplay:
         if problems:
             verdict["problem"] = "; ".join(problems)
 
+    def _grounded_replies(self, last: int) -> tuple[float | None, list[str]]:
+        """The mean grounding credit (`_grounding.GroundingIndex.credit`) of the replies up to `last` that state
+        values written with digits (amounts, dates, ids), and the invented ones; (None, []) when none does. Expected
+        calls vouch for the calls, never for what a reply tells the user: a reply that answers from a lookup never
+        made states values found nowhere before it. It weighs as conduct, once, in the final turn (a reply turn
+        with no call stays not applicable, as before)."""
+        facts = self.seen.facts
+        index: GroundingIndex | None = None
+        credits: list[float] = []
+        invented: list[str] = []
+        for turn in facts.assistant_turns:
+            if turn > last:
+                break
+            text = facts.text(turn)
+            values = _reply_values(text) if text else ()
+            if values:
+                if index is None:
+                    index = GroundingIndex(self.seen.messages)
+                credit, missing = index.credit(values, turn)
+                credits.append(credit)
+                invented += missing
+        return (_mean(credits) if credits else None), invented
+
     def _grade(self, turn: int, judged: list[dict[str, Any]], last_turn: bool) -> TurnGrade:
         facts = self.seen.facts
         text = facts.text(turn)
@@ -548,6 +579,15 @@ class _ExpectedReplay:
             if self.lookups_grounded:
                 breakdown["grounded_lookups"] = _mean(self.lookups_grounded)
                 conduct.append(breakdown["grounded_lookups"])
+            replies, invented = self._grounded_replies(turn)
+            if replies is not None:
+                breakdown["grounded_replies"] = replies
+                if invented:
+                    # A standing prohibition, like a claim's: telling the user only what the context holds earns
+                    # nothing (it would dilute the other conduct faults), telling them invented values costs.
+                    conduct.append(replies)
+                    parts.append("replies state values no one said and no tool returned (not looked up?): "
+                                 + ", ".join(readable(v) for v in invented[:5]))
         if not items:
             return TurnGrade.not_applicable(_NOTHING_EXPECTED, breakdown)
         # Conduct breaks ties: of two turns whose expected calls went alike, the cleaner one scores higher.
