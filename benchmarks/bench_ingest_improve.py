@@ -60,8 +60,10 @@ start, cpu_start = time.perf_counter(), cpu(resource.RUSAGE_SELF)
 if args["step"] == "ingest":
     run_ingest("openai", args["input"], args["output"])
 elif args["step"] == "improve":
+    # only what a row sets: bench_reward_cost runs this on older trees, whose run_improve has no workers or engine
+    parallel = {key: args[key] for key in ("workers", "engine") if key in args}
     run_improve(args["input"], args["reward"], args["output"], policy=args["policy"], runtime=args["runtime"],
-                workers=args.get("workers", 1), engine=args.get("engine", "local"))
+                **parallel)
 else:  # the floor: parse and re-serialise every line of every file
     for path in args["files"]:
         with open(path, "rb") as f:
