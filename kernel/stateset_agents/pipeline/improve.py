@@ -179,10 +179,12 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
         if chunked:
             from ..core.registry import get_registry
 
-            get_registry().resolve(reward, "reward")  # an unknown name fails here, before any worker starts
+            # An unknown name fails here, before any worker starts; workers load what it resolved to.
+            spec = get_registry().resolve(reward, "reward")
             grader = None
         else:
-            grader = stack.enter_context(load_component(reward, kind="reward", config=config, runtime=runtime))
+            spec, grader = None, stack.enter_context(load_component(reward, kind="reward", config=config,
+                                                                     runtime=runtime))
         hasher = stack.enter_context(ThreadPoolExecutor(1))
         stack.enter_context(rare_gc())
         # hashlib releases the GIL on large blocks, so the input's digest costs no time beside the parsing; at a low
@@ -204,7 +206,7 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
             else:
                 identity, raw_counts, tally = _grade_chunked(
                     GradeTask(reward, config, runtime, source_path=os.path.abspath(src), shown=shown,
-                              plugin_modules=os.environ.get(PLUGIN_MODULES_ENV), **options),
+                              plugin_modules=os.environ.get(PLUGIN_MODULES_ENV), spec=spec, **options),
                     src, input_sha, sinks, on_progress, engine=engine, workers=workers, address=address,
                     chunk_bytes=chunk_bytes)
             counts = final_counts(raw_counts)
