@@ -528,6 +528,12 @@ class Merger:
         # Rows between marks fill nothing new (an earlier mark of the chunk filled their fields), so they never
         # move: they go in whole; each marked row goes through add_line, which decides as in one process.
         sink, pos, row = self.curated, 0, 0
+        if not any(bits & ~sink.seen for *_, bits in marks):
+            # The usual case once the head is settled: no row fills a field new to the file, so none can move and
+            # the chunk's rows go in as they came (no copy of them, which for long rows costs more than the rest).
+            if blob:
+                self._plain(blob, rows)
+            return
         view = memoryview(blob)
         for at_row, at, size, bits in marks:
             if at > pos:
