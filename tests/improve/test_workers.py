@@ -1,5 +1,10 @@
-"""`improve run --workers N`: grading on N local processes gives the one-process run's bytes, in order; each worker
-loads the reward once; a worker that dies is retried once, then the run fails closed."""
+"""`improve run --workers N`: grading on N local processes (this one and N - 1 spawned workers) gives the
+one-process run's bytes, in order; each process loads the reward once; a worker that dies is retried once, then the
+run fails closed; an error fails the run in input order, wherever its chunk was graded.
+
+A worker of `improve_fault` with `hold` waits until this process has graded a conversation, so that this process
+surely grades a chunk, and chunk 0 always goes to a worker (the first chunks out are sent before this process grades
+any): the tests that need one or the other do not depend on timing."""
 from __future__ import annotations
 
 import os
@@ -46,27 +51,51 @@ def test_workers_write_the_one_process_bytes_in_order(tmp_path, monkeypatch):
     assert no_source[0]["lineage"]["line"] == 42  # line 41 of the list, after the inserted blank line
 
 
-def test_each_worker_loads_the_reward_once(tmp_path):
+def test_each_process_loads_the_reward_once(tmp_path):
     logs = varied_log(tmp_path / "in")
     pids = tmp_path / "pids"
-    policy = policy_file(tmp_path / "policy.json", pids=str(pids))
-    summary = run_improve(logs, "improve_fault", tmp_path / "out", policy=policy, workers=2, chunk_bytes=CHUNK)
+    policy = policy_file(tmp_path / "policy.json", pids=str(pids), parent=os.getpid(), hold=str(tmp_path / "hold"))
+    summary = run_improve(logs, "improve_fault", tmp_path / "out", policy=policy, workers=3, chunk_bytes=CHUNK)
     loaded = pids.read_text().split()
     chunks = -(-(logs / "transcripts.jsonl").stat().st_size // CHUNK)
     assert chunks > 8 and summary["counts"]["conversations"] == 90
-    assert 1 <= len(loaded) <= 2 and len(set(loaded)) == len(loaded) and str(os.getpid()) not in loaded
+    # this process and the two workers it spawned (three grading processes), once each
+    assert len(loaded) == len(set(loaded)) == 3 and str(os.getpid()) in loaded
+
+
+def test_this_process_grades_chunks_too_and_the_bytes_stay_the_same(tmp_path):
+    logs = varied_log(tmp_path / "in")
+    graded_by = tmp_path / "graded_by"
+    policy = policy_file(tmp_path / "policy.json", parent=os.getpid(), hold=str(tmp_path / "hold"),
+                         graded_by=str(graded_by))
+    one = run_improve(logs, "improve_fault", tmp_path / "one", policy=policy, held_out_fraction=0.2)
+    graded_by.unlink()
+    many = run_improve(logs, "improve_fault", tmp_path / "many", policy=policy, held_out_fraction=0.2, workers=2,
+                       chunk_bytes=CHUNK)
+    assert outputs(tmp_path / "one") == outputs(tmp_path / "many") and one["counts"] == many["counts"]
+    who = [line.split() for line in graded_by.read_text().splitlines()]
+    here = {cid for pid, cid in who if pid == str(os.getpid())}
+    elsewhere = {cid for pid, cid in who if pid != str(os.getpid())}
+    assert here and elsewhere and not here & elsewhere  # both graded, no chunk twice
+    assert "c1" in elsewhere  # chunk 0 went to the worker
+    assert len(who) == len(here | elsewhere) == 90 - 6  # every conversation with an assistant turn, once
 
 
 def test_a_worker_that_dies_is_retried_and_nothing_is_lost_or_doubled(tmp_path):
     logs = varied_log(tmp_path / "in")
-    marker = tmp_path / "died"
-    policy = policy_file(tmp_path / "policy.json", die_at="c60", marker=str(marker))
-    marker.write_text("reference run: do not die")
+    marker, graded_by = tmp_path / "died", tmp_path / "graded_by"
+    # c1 is in chunk 0, which a worker grades; it waits until this process has graded a chunk, then dies
+    policy = policy_file(tmp_path / "policy.json", die_at="c1", marker=str(marker), parent=os.getpid(),
+                         hold=str(tmp_path / "hold"), graded_by=str(graded_by))
     run_improve(logs, "improve_fault", tmp_path / "one", policy=policy)
-    marker.unlink()
+    graded_by.unlink()
     run_improve(logs, "improve_fault", tmp_path / "many", policy=policy, workers=2, chunk_bytes=CHUNK)
-    assert marker.read_text() != str(os.getpid())  # a worker died, not this process
+    assert marker.read_text() not in ("", str(os.getpid()))  # a worker died, not this process
     assert outputs(tmp_path / "one") == outputs(tmp_path / "many")
+    who = [line.split() for line in graded_by.read_text().splitlines()]
+    here = [cid for pid, cid in who if pid == str(os.getpid())]
+    # the chunks this process graded were kept, not graded again on the new pool
+    assert here and all(sum(1 for _, cid in who if cid == mine) == 1 for mine in here)
 
 
 def test_a_worker_that_keeps_dying_fails_the_run_and_keeps_the_old_outputs(tmp_path):
@@ -74,7 +103,8 @@ def test_a_worker_that_keeps_dying_fails_the_run_and_keeps_the_old_outputs(tmp_p
     out = tmp_path / "out"
     run_improve(logs, "improve_toy", out)
     before = outputs(out)
-    policy = policy_file(tmp_path / "policy.json", die_at="c60", marker=str(tmp_path / "died"), always=True)
+    policy = policy_file(tmp_path / "policy.json", die_at="c1", marker=str(tmp_path / "died"), always=True,
+                         parent=os.getpid())
     with pytest.raises(PluginError, match="died again after the pool was restarted.*no outputs were written"):
         run_improve(logs, "improve_fault", out, policy=policy, workers=2, chunk_bytes=CHUNK)
     assert outputs(out) == before
@@ -98,6 +128,31 @@ def test_a_failing_chunk_fails_the_run_with_the_one_process_error(tmp_path):
     path.write_bytes(b"".join(lines))
     with pytest.raises(PluginError, match="reward:improve_toy failed in grade: RuntimeError: asked to explode"):
         run_improve(logs, "improve_toy", tmp_path / "many", workers=2, chunk_bytes=CHUNK)
+    assert not (tmp_path / "many" / "improve_summary.json").exists()
+
+
+def test_an_error_in_a_chunk_this_process_graded_fails_the_run_in_input_order(tmp_path):
+    logs = varied_log(tmp_path / "in")
+    path = logs / "transcripts.jsonl"
+    policy = policy_file(tmp_path / "policy.json", parent=os.getpid(), hold=str(tmp_path / "hold"),
+                         explode_in_parent=True)
+    # every chunk graded here fails; chunks 0 and 1 went to the worker before, and succeed
+    with pytest.raises(PluginError, match="reward:improve_fault failed in grade: RuntimeError: asked to explode in "
+                                          "the parent"):
+        run_improve(logs, "improve_fault", tmp_path / "many", policy=policy, workers=2, chunk_bytes=CHUNK)
+    assert not (tmp_path / "many" / "improve_summary.json").exists()
+
+    # a bad line in chunk 1 (a worker's) comes before any chunk graded here: its error is the run's, as in one
+    # process, although this process's chunk failed first
+    lines = path.read_bytes().splitlines(keepends=True)
+    assert sum(map(len, lines[:5])) > CHUNK >= sum(map(len, lines[4:6]))  # chunk 0 ends before line 5; 6 is in 1
+    lines[5] = b'{"id": "broken", "messages": "none"}\n'
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(InputError) as one:
+        run_improve(logs, "improve_toy", tmp_path / "one")
+    with pytest.raises(InputError) as many:
+        run_improve(logs, "improve_fault", tmp_path / "many", policy=policy, workers=2, chunk_bytes=CHUNK)
+    assert str(one.value) == str(many.value) and many.value.line == 6 and many.value.field == "messages"
     assert not (tmp_path / "many" / "improve_summary.json").exists()
 
 
@@ -155,3 +210,84 @@ def test_a_chunk_that_needs_the_inputs_sha256_asks_for_it(tmp_path):
     lineage = orjson.loads(result.curated[0])["lineage"]
     assert lineage == {"conversation_id": "7", "source_path": "/logs/t.jsonl", "source_sha256": "ab" * 32,
                        "line": 3, "turn_index": 2}
+
+
+def test_a_gzipped_log_gives_the_same_bytes(tmp_path):
+    """A gzipped input's chunks cannot be read at file offsets: they travel with their bytes (through the spool)."""
+    import gzip
+
+    logs = varied_log(tmp_path / "in")
+    packed = tmp_path / "transcripts.jsonl.gz"
+    packed.write_bytes(gzip.compress((logs / "transcripts.jsonl").read_bytes()))
+    one = run_improve(packed, "improve_toy", tmp_path / "one")
+    many = run_improve(packed, "improve_toy", tmp_path / "many", workers=2, chunk_bytes=CHUNK)
+    assert outputs(tmp_path / "one") == outputs(tmp_path / "many") and one["counts"] == many["counts"]
+
+
+def test_chunks_are_whole_lines_numbered_as_in_the_file(tmp_path):
+    from stateset_agents.pipeline.grading_pool import Chunk, InputChanged, read_chunks
+
+    lines = [b"a" * 5 + b"\n", b"\n", b"b" * 30 + b"\n", b"c\n", b"d" * 3]  # a blank line; a long one; no last newline
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"".join(lines))
+    with open(path, "rb") as f:
+        chunks = list(read_chunks(f, 8, keep=False))
+        # at most 8 bytes cut after a newline, or one longer line whole; the last line has no newline
+        assert [(c.offset, c.size, c.first_line, c.block) for c in chunks] == [
+            (0, 7, 1, None), (7, 31, 3, None), (38, 2, 4, None), (40, 3, 5, None)]
+        assert b"".join(c.read(f.fileno()) for c in chunks) == path.read_bytes()
+        f.seek(0)
+        assert [c.block for c in read_chunks(f, 8, keep=True)] == [b"".join(lines[:2]), *lines[2:]]
+        path.write_bytes(lines[0])  # cut short after the chunks were counted: a worker's read fails the chunk
+        with pytest.raises(InputChanged, match="the input changed while it was graded"):
+            Chunk(7, 31, 3).read(f.fileno())
+
+
+def test_this_process_grades_while_the_oldest_chunk_is_out_within_its_budget():
+    """The scheduling alone, with a stand-in engine whose chunks are never back before they are asked for: this
+    process grades the next chunks meanwhile, stops while 25 bytes of its rows wait, and all merge in order."""
+    from concurrent.futures import Future
+
+    from stateset_agents.pipeline.grading import ChunkResult, GradeTask
+    from stateset_agents.pipeline.grading_engines import graded_chunks
+    from stateset_agents.pipeline.grading_pool import Chunk
+
+    events = []
+
+    def rows(chunk, where):
+        events.append((where, chunk.first_line))
+        return ChunkResult({}, {}, Tally(), (str(chunk.first_line).encode() * 10, 1), (b"", 0), [], {})
+
+    class Engine:
+        workers = 1
+
+        def submit(self, task, chunk):
+            events.append(("sent", chunk.first_line))
+            return chunk
+
+        def done(self, handle):
+            return False
+
+        def result(self, handle):
+            return rows(handle, "worker")
+
+    class Here:
+        def grade(self, task, chunk):
+            return rows(chunk, "here")
+
+    task = GradeTask("improve_toy", {}, "inprocess", 0.7, 0.0, 32, source_path="/t.jsonl", shown="t.jsonl")
+    digest: Future = Future()
+    graded_here, waiting, most = set(), 0, 0
+    for result in graded_chunks(Engine(), task, (Chunk(i, 1, i) for i in range(10)), digest, 2, Here(), ahead=25):
+        number = int(result.graded[0][:1])
+        events.append(("merged", number))
+    for where, number in events:
+        if where == "here":
+            graded_here.add(number)
+            waiting += 1
+        elif where == "merged" and number in graded_here:
+            waiting -= 1
+        most = max(most, waiting)
+    assert [n for where, n in events if where == "merged"] == list(range(10))
+    assert events[:6] == [("sent", 0), ("sent", 1), ("here", 2), ("here", 3), ("here", 4), ("worker", 0)]
+    assert graded_here and most == 3  # 10 + 10 bytes wait: one more is graded; 30 >= 25: none until they merge

@@ -452,13 +452,15 @@ def _close_at_exit(grader) -> None:
     atexit.register(grader.close)
 
 
-def grade_chunk(task: GradeTask, block: bytes, first_line: int) -> ChunkResult | ChunkFailure:
-    """Grade the conversations in `block` (whole lines of the input, the first of them line `first_line`)."""
+def grade_chunk(task: GradeTask, block: bytes, first_line: int, grader=None) -> ChunkResult | ChunkFailure:
+    """Grade the conversations in `block` (whole lines of the input, the first of them line `first_line`), with
+    `grader` (the parent's own reward, when it grades a chunk) or this process's copy of the task's reward."""
     from ..core.jsonio import rare_gc
 
     who = f"reward:{task.reward}"
     try:
-        grader = _grader_for(task)
+        if grader is None:
+            grader = _grader_for(task)
         identity = grader.identity()
         who = f"reward:{identity['name']}"
         graded, curated = _Collect(), _Collect()

@@ -19,8 +19,9 @@ A folder of summary schema 1 (one `held_out.jsonl`, no recorded roles) still rea
 held_out.jsonl still evaluates, but it is no test split: rerun `improve run` to get validation and test files.
 
 The input is streamed in batches; memory holds a few batches, never the log. With `workers` > 1 or `engine="ray"`
-it is graded in chunks on other processes and merged in input order, into the same bytes (`grading_engines`). Every output is written to a temp file
-and all are renamed at the end, the summary last: a killed run leaves the old outputs or the new ones.
+it is graded in chunks, by this process and by other processes, and merged in input order, into the same bytes
+(`grading_engines`). Every output is written to a temp file and all are renamed at the end, the summary last: a
+killed run leaves the old outputs or the new ones.
 """
 from __future__ import annotations
 
@@ -137,9 +138,9 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
                 chunk_bytes: int = CHUNK_BYTES) -> dict[str, Any]:
     """Grade, curate, and write OUT's files; returns the summary (as written to improve_summary.json).
     `reward_config` is a reward config file (`calibration.load_reward_file`: the reward's config, and the weights
-    `improve calibrate` fitted). `workers` > 1 grades on that many local processes (None: one per core); `engine`
-    "ray" on a Ray cluster (`address`, default a local one); both in chunks of about `chunk_bytes` of input, with
-    outputs byte-identical to one process's (`grading_engines`)."""
+    `improve calibrate` fitted). `workers` > 1 grades on that many local processes, this one included (None: one
+    per core); `engine` "ray" on a Ray cluster (`address`, default a local one) and here; both in chunks of about
+    `chunk_bytes` of input, with outputs byte-identical to one process's (`grading_engines`)."""
     from ..core.calibration import CALIBRATION_KEY, resolve_reward
     from ..core.registry import PLUGIN_MODULES_ENV
     from ..core.runtimes import load_component
