@@ -59,22 +59,33 @@ def run_one(model: str, nproc: int, batch: int, args, work: Path) -> dict:
     if last.get("type") != "completed":
         raise SystemExit(f"nproc {nproc}: {last.get('message')}")
     metrics = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
-    times = [m["step_time"] for m in metrics[args.warmup:]] or [m["step_time"] for m in metrics]
-    step = statistics.median(times)
+    timed = metrics[args.warmup:] or metrics
+    step = statistics.median(m["step_time"] for m in timed)
     samples = batch * args.generations
+    # A GRPO sample stops at its end token, so steps differ in the tokens they generate: the same denominator on
+    # every row is the tokens generated (summed over the ranks) per second of step time.
+    tokens = sum(m.get("rollout_tokens", 0) for m in timed)
     return {"nproc": nproc, "threads_per_rank": threads, "global_batch_prompts": batch, "samples_per_update": samples,
-            "median_step_s": round(step, 4), "samples_per_s": round(samples / step, 2), "wall_s": round(wall, 1)}
+            "median_step_s": round(step, 4), "samples_per_s": round(samples / step, 2),
+            "generated_tokens_per_step": round(tokens / len(timed), 1),
+            "generated_tokens_per_s": round(tokens / sum(m["step_time"] for m in timed), 2),
+            "wall_s": round(wall, 1)}
 
 
 def table(mode: str, rows: list[dict]) -> str:
     base = rows[0]
-    lines = [f"{mode} scaling", "| processes | prompts/update | median step s | samples/s | speed-up | efficiency |",
-             "|---:|---:|---:|---:|---:|---:|"]
+    lines = [f"{mode} scaling", "| processes | prompts/update | median step s | samples/s | speed-up | efficiency "
+             "| generated tokens/step | generated tokens/s | speed-up per token |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         speed = r["samples_per_s"] / base["samples_per_s"]
         r["speedup"], r["efficiency"] = round(speed, 3), round(speed / (r["nproc"] / base["nproc"]), 3)
+        per_token = (r["generated_tokens_per_s"] / base["generated_tokens_per_s"]
+                     if base.get("generated_tokens_per_s") else None)
+        r["speedup_per_token"] = None if per_token is None else round(per_token, 3)
         lines.append(f"| {r['nproc']} | {r['global_batch_prompts']} | {r['median_step_s']:.3f} | "
-                     f"{r['samples_per_s']:.1f} | {r['speedup']:.2f}x | {r['efficiency']:.0%} |")
+                     f"{r['samples_per_s']:.1f} | {r['speedup']:.2f}x | {r['efficiency']:.0%} | "
+                     f"{r['generated_tokens_per_step']:.0f} | {r['generated_tokens_per_s']:.1f} | "
+                     + ("-" if per_token is None else f"{per_token:.2f}x") + " |")
     return "\n".join(lines)
 
 
