@@ -100,12 +100,7 @@ def mentioned_values(text: str, tokens: Sequence[str] | None = None,
     days: set[int] = set()  # where a date's day is written ("May 20"): not a number of its own
     first_digit = _HAS_DIGIT(text)
     if first_digit and not lowered.isdisjoint(_CALENDAR_WORDS):  # a date needs its day's digits ("you may" has none)
-        for match in _MONTH_DAY.finditer(text):
-            month = _MONTHS[(match.group(1) or match.group(4)).lower()]
-            day = int(match.group(2) or match.group(3))
-            days.add(match.start(2) if match.group(2) else match.start(3))
-            if 1 <= day <= 31:
-                out.append(f"d:{month:02d}-{day:02d}")
+        _month_days(text, out, days)
     if first_digit:
         _digit_values(text, out, days, first_digit.start())
     # Tokens with a capital letter (a token not among the lower-cased ones): codes ("JFK") and names ("Mia"), in
@@ -125,6 +120,17 @@ def mentioned_values(text: str, tokens: Sequence[str] | None = None,
 _HAS_DIGIT = re.compile(r"\d").search
 
 
+def _month_days(text: str, out: list[str], days: set[int]) -> None:
+    """The dates written with a month's name ("May 20th", "4 of July") into `out`; where each day's digits start
+    into `days` (they are no number of their own)."""
+    for match in _MONTH_DAY.finditer(text):
+        month = _MONTHS[(match.group(1) or match.group(4)).lower()]
+        day = int(match.group(2) or match.group(3))
+        days.add(match.start(2) if match.group(2) else match.start(3))
+        if 1 <= day <= 31:
+            out.append(f"d:{month:02d}-{day:02d}")
+
+
 def digit_values(text: str) -> list[str]:
     """The values of `mentioned_values` that are written with digits (numbers, amounts, dates, times, ids such as
     "HAT001"), without reading the text's words: a text with no digit costs one search. Capitalised codes and
@@ -136,13 +142,8 @@ def digit_values(text: str) -> list[str]:
     days: set[int] = set()
     lowered = text.lower()
     # Every month name starts with its three-letter abbreviation: substring tests are far cheaper than the pattern.
-    months = _MONTH_DAY.finditer(text) if any(m in lowered for m in _MONTH_PREFIXES) else ()
-    for match in months:
-        month = _MONTHS[(match.group(1) or match.group(4)).lower()]
-        day = int(match.group(2) or match.group(3))
-        days.add(match.start(2) if match.group(2) else match.start(3))
-        if 1 <= day <= 31:
-            out.append(f"d:{month:02d}-{day:02d}")
+    if any(m in lowered for m in _MONTH_PREFIXES):
+        _month_days(text, out, days)
     _digit_values(text, out, days, first_digit.start())
     return out
 _WORD_BEFORE = re.compile(r"\w+$")
