@@ -17,13 +17,13 @@ A worker grades the chunks it is sent one after another, in order, with its own 
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import tempfile
 from collections import deque
-from typing import IO, Any, Iterator, NamedTuple
+from typing import IO, Iterator, NamedTuple
 
 from .grading import ChunkFailure, ChunkResult, GradeTask, grade_chunk
+from .grading_wire import read_result, write_result
 
 
 class Chunk(NamedTuple):
@@ -139,7 +139,7 @@ def serve(conn, spool: str, fd: int | None) -> None:
             os.unlink(path + ".in")
         result = grade_at(task, chunk, fd)
         with open(path + ".tmp", "wb") as f:
-            pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
+            write_result(f, result)
         os.rename(path + ".tmp", path)  # the parent never reads half a result
         conn.send(name)
 
@@ -247,7 +247,7 @@ class Pool:
         worker.answered.discard(name)
         path = os.path.join(self.spool, name)
         with open(path, "rb") as f:
-            result: Any = pickle.load(f)
+            result = read_result(f)
         os.unlink(path)
         return result
 
