@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from .errors import InputError
 

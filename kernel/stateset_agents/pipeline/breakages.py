@@ -16,8 +16,9 @@ import datetime
 import json
 import random
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable
 
 from ..plugin_api.text import message_text
 

@@ -11,9 +11,10 @@ import hashlib
 import shutil
 import tempfile
 import unicodedata
+from collections.abc import Mapping
 from concurrent.futures import Future
 from pathlib import Path
-from typing import IO, Any, Mapping
+from typing import IO, Any
 
 from ..core.errors import InputError
 from ..core.jsonio import dumps

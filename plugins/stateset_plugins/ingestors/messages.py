@@ -7,8 +7,9 @@ Nothing is dropped: unknown keys ride along, tool-call arguments stay exactly as
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable
 
 from stateset_agents import Reject
 from stateset_agents.core.jsonio import canonical_json

@@ -14,12 +14,13 @@ the conversation itself live in `_tool_grounding`.
 """
 from __future__ import annotations
 
+import fractions
 import json
 import re
-import fractions
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from stateset_agents import Reward, TurnGrade
 
