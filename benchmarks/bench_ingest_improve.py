@@ -10,10 +10,12 @@ in-process one-process run, run the subprocess runtime (wall-clock throughput: t
 `--workers W` (W local grading processes) and Ray (a local cluster of W CPUs, started before the clock: its start is
 recorded apart, as `cluster_start_s`), each --repeats times, alternated, and the median run of each is compared
 (single runs on a shared machine move by +-10%). Parallel throughput is wall-clock and means something only on an
-otherwise idle machine.
+otherwise idle machine; the `ceiling` variant measures what the machine gives W processes in the same run (W
+one-process runs at once, each on the whole input): on a virtual machine two busy cores do not each run as fast as
+one busy core, and `--workers W` is judged against that too.
 
     python benchmarks/bench_ingest_improve.py [--n 100000] [--rewards gsm8k,tool_calling,customer_support,nsr]
-        [--workers 2] [--variants inprocess,subprocess,workers,ray]
+        [--workers 2] [--variants inprocess,subprocess,workers,ray,ceiling]
 
 Targets: each pipeline within 3x of its floor, peak RSS flat between the two sizes, subprocess grading at least 70%
 of in-process throughput, `--workers 2` at least 1.7x the one-process throughput (on 2 idle cores), Ray local at
@@ -118,12 +120,33 @@ def floor(*files: Path) -> dict:
     return {"floor_s": r["seconds"], "floor_cpu_s": r["cpu_s"]}
 
 
-def run_child(**args) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], capture_output=True, text=True,
-                          env={**os.environ, "STATESET_PLUGIN_QUIET": "1"})
+def start_child(**args) -> tuple[subprocess.Popen, dict]:
+    return subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "STATESET_PLUGIN_QUIET": "1"}), args
+
+
+def finish_child(started: tuple[subprocess.Popen, dict]) -> dict:
+    proc, args = started
+    out, err = proc.communicate()
     if proc.returncode != 0:
-        raise SystemExit(f"{args['step']} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        raise SystemExit(f"{args['step']} failed:\n{err[-3000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_child(**args) -> dict:
+    return finish_child(start_child(**args))
+
+
+def machine_ceiling(copies: int, **args) -> dict:
+    """`copies` one-process runs at once, each on all of the input (its own output folder): what this machine gives
+    `copies` independent processes, with nothing shared between them. Reported per run (the longest wall time over
+    `copies`), so its throughput is the most any way of splitting the work over `copies` processes could reach here
+    (a shared or hyper-threaded core, a shared cache, the neighbours' load all show in it)."""
+    started = [start_child(**{**args, "output": f"{args['output']}_{k}"}) for k in range(copies)]
+    runs = [finish_child(s) for s in started]
+    return {"seconds": max(r["seconds"] for r in runs) / copies, "cpu_s": sum(r["cpu_s"] for r in runs) / copies,
+            "rss_mb": max(r["rss_mb"] for r in runs), "plugin_rss_mb": 0.0,
+            "copy_seconds": [r["seconds"] for r in runs]}
 
 
 def count_lines(path: Path) -> int:
@@ -136,11 +159,13 @@ def variant_args(variant: str, workers: int) -> dict:
     return {"inprocess": {"runtime": "inprocess", "workers": 1},
             "subprocess": {"runtime": "subprocess", "workers": 1},
             "workers": {"runtime": "inprocess", "workers": workers},
-            "ray": {"runtime": "inprocess", "workers": workers, "engine": "ray"}}[variant]
+            "ray": {"runtime": "inprocess", "workers": workers, "engine": "ray"},
+            "ceiling": {"runtime": "inprocess", "workers": 1}}[variant]
 
 
 def variant_name(variant: str, workers: int) -> str:
-    return {"workers": f"workers{workers}", "ray": f"ray{workers}"}.get(variant, variant)
+    return {"workers": f"workers{workers}", "ray": f"ray{workers}", "ceiling": f"ceiling{workers}"}.get(variant,
+                                                                                                      variant)
 
 
 def bench_size(work: Path, n: int, rewards: list[str], variants: list[str], workers: int = 2,
@@ -166,12 +191,13 @@ def bench_size(work: Path, n: int, rewards: list[str], variants: list[str], work
             for v in variants:  # alternated, so every variant meets the same spells of neighbours' load
                 out = work / f"improve_{n}_{reward}_{names[v]}"
                 print(f"[{n:,}] improve {reward} ({names[v]})", flush=True)
-                runs[v].append(run_child(step="improve", input=str(ingest_dir), reward=reward, output=str(out),
-                                         policy=str(POLICY) if reward == "nsr" else None,
-                                         **variant_args(v, workers)))
+                step = {"step": "improve", "input": str(ingest_dir), "reward": reward, "output": str(out),
+                        "policy": str(POLICY) if reward == "nsr" else None, **variant_args(v, workers)}
+                runs[v].append(machine_ceiling(workers, **step) if v == "ceiling" else run_child(**step))
         reference = None
         for v in variants:
-            out = work / f"improve_{n}_{reward}_{names[v]}"
+            out = work / f"improve_{n}_{reward}_{names[v]}" if v != "ceiling" else \
+                work / f"improve_{n}_{reward}_{names[v]}_0"
             # The run with the median wall time stands for the step; every run's time is kept beside it.
             r = sorted(runs[v], key=lambda run: run["seconds"])[len(runs[v]) // 2]
             r = {**r, "seconds_runs": [run["seconds"] for run in runs[v]]}
@@ -199,7 +225,7 @@ def evaluate(rows: list[dict], small: int, large: int, workers: int = 2) -> dict
     Parallel speed-ups are wall time: they hold only on an idle machine."""
     by = {(r["n"], r["step"], r["reward"], r["variant"]): r for r in rows}
     ingest = by[(large, "ingest", "-", "inprocess")]
-    pipelines, memory, subprocess_share, speedup, ray_share = {}, {}, {}, {}, {}
+    pipelines, memory, subprocess_share, speedup, ray_share, ceiling, of_ceiling = {}, {}, {}, {}, {}, {}, {}
     for (n, step, reward, variant), r in list(by.items()):
         if step != "improve" or variant != "inprocess":
             continue
@@ -213,6 +239,11 @@ def evaluate(rows: list[dict], small: int, large: int, workers: int = 2) -> dict
             pool = by.get((n, "improve", reward, f"workers{workers}"))
             if pool:
                 speedup[reward] = r["seconds"] / pool["seconds"]
+            most = by.get((n, "improve", reward, f"ceiling{workers}"))
+            if most:
+                ceiling[reward] = r["seconds"] / most["seconds"]
+                if pool:
+                    of_ceiling[reward] = most["seconds"] / pool["seconds"]
             on_ray = by.get((n, "improve", reward, f"ray{workers}"))
             if on_ray and pool:
                 ray_share[reward] = pool["seconds"] / on_ray["seconds"]
@@ -226,6 +257,9 @@ def evaluate(rows: list[dict], small: int, large: int, workers: int = 2) -> dict
         "subprocess_at_least_70pct": all(v >= 0.7 for v in subprocess_share.values()),
         f"workers{workers}_over_one_process_throughput": speedup,
         f"workers{workers}_at_least_1.7x": all(v >= 1.7 for v in speedup.values()) if speedup else None,
+        # what the machine gives `workers` independent one-process runs at once, and the share of it reached
+        f"machine_ceiling{workers}_over_one_process_throughput": ceiling,
+        f"workers{workers}_share_of_machine_ceiling": of_ceiling,
         f"ray{workers}_over_workers{workers}_throughput": ray_share,
         "ray_at_least_80pct_of_workers": all(v >= 0.8 for v in ray_share.values()) if ray_share else None,
     }
@@ -239,7 +273,8 @@ def main() -> None:
                         help="runs of each runtime at N, alternated; the median run is reported")
     parser.add_argument("--workers", type=int, default=2, help="grading processes (and Ray CPUs) of the parallel rows")
     parser.add_argument("--variants", default="inprocess,subprocess,workers,ray",
-                        help="ways of grading at N, the first the reference (inprocess, subprocess, workers, ray)")
+                        help="ways of grading at N, the first the reference (inprocess, subprocess, workers, ray; "
+                             "ceiling: W one-process runs at once, what this machine allows W processes)")
     parser.add_argument("--note", default=None, help="recorded with the results (say if the machine was busy)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench_ingest_improve"))
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -249,8 +284,8 @@ def main() -> None:
     load = os.getloadavg()
     small, large = max(1, args.n // 4), args.n
     variants = [v for v in args.variants.split(",") if v]
-    if variants[0] != "inprocess" or not set(variants) <= {"inprocess", "subprocess", "workers", "ray"}:
-        raise SystemExit("--variants: inprocess first, then any of subprocess, workers, ray")
+    if variants[0] != "inprocess" or not set(variants) <= {"inprocess", "subprocess", "workers", "ray", "ceiling"}:
+        raise SystemExit("--variants: inprocess first, then any of subprocess, workers, ray, ceiling")
     rows = (bench_size(args.work, small, rewards, ["inprocess"])
             + bench_size(args.work, large, rewards, variants, args.workers, repeats=args.repeats))
     verdict = evaluate(rows, small, large, args.workers)
@@ -277,7 +312,7 @@ def print_table(rows: list[dict], verdict: dict) -> None:
                       f"{r['seconds']:.1f}", f"{r['conv_per_s']:,.0f}", f"{r['floor_s']:.1f}",
                       f"{r['ratio_to_floor']:.2f}", f"{r['cpu_s']:.1f}", f"{r['floor_cpu_s']:.1f}",
                       f"{r['cpu_ratio_to_floor']:.2f}", f"{r['rss_mb']:.0f}",
-                      f"{r['plugin_rss_mb']:.0f}" if r["variant"] not in ("inprocess", "ray") else "")
+                      f"{r['plugin_rss_mb']:.0f}" if r["variant"].startswith(("subprocess", "workers")) else "")
     console = Console(width=180)
     console.print(table)
     console.print_json(json.dumps(verdict))
