@@ -30,6 +30,7 @@ import platform
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -220,6 +221,45 @@ def bench_size(work: Path, n: int, rewards: list[str], variants: list[str], work
     return rows
 
 
+def end_to_end(work: Path, n: int, rewards: list[str], repeats: int) -> list[dict]:
+    """Ingest + improve as a user runs them: the two `stateset-agents` commands, each its own process (start-up and
+    imports included), improve with its default worker count (one process per core). Wall time over the wall-time
+    floor of the files both steps read and write; the median of `repeats` alternated runs per reward."""
+    from stateset_agents.pipeline.grading_engines import default_workers
+    from stateset_agents.samples import POLICY
+
+    log, rows = work / f"log_{n}.jsonl", []
+    cli = [sys.executable, "-m", "stateset_agents"]
+    env = {**os.environ, "STATESET_PLUGIN_QUIET": "1"}
+
+    def timed(args: list[str]) -> float:
+        start = time.perf_counter()
+        proc = subprocess.run(cli + args, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(args[:2])} failed:\n{proc.stderr[-3000:]}")
+        return time.perf_counter() - start
+
+    runs: dict[str, list[dict]] = {reward: [] for reward in rewards}
+    for _ in range(repeats):
+        for reward in rewards:
+            ingest_dir, out = work / f"e2e_{n}_{reward}_ingest", work / f"e2e_{n}_{reward}_improve"
+            print(f"[{n:,}] end to end {reward}", flush=True)
+            ingest_s = timed(["ingest", "--format", "openai", "--input", str(log), "--output", str(ingest_dir)])
+            improve = ["improve", "run", "--transcripts", str(ingest_dir), "--reward", reward, "--output", str(out)]
+            improve_s = timed(improve + (["--policy", str(POLICY)] if reward == "nsr" else []))
+            runs[reward].append({"seconds": ingest_s + improve_s, "ingest_s": ingest_s, "improve_s": improve_s})
+    for reward in rewards:
+        ingest_dir, out = work / f"e2e_{n}_{reward}_ingest", work / f"e2e_{n}_{reward}_improve"
+        transcripts = ingest_dir / "transcripts.jsonl"
+        outputs = [out / name for name in ("graded.jsonl", "curated.jsonl", "validation.jsonl", "test.jsonl")]
+        floor_s = floor(log, transcripts)["floor_s"] + floor(transcripts, *outputs)["floor_s"]
+        r = sorted(runs[reward], key=lambda run: run["seconds"])[len(runs[reward]) // 2]
+        rows.append({"n": n, "reward": reward, **r, "seconds_runs": [run["seconds"] for run in runs[reward]],
+                     "workers": default_workers(), "floor_s": floor_s,
+                     "ratio_to_floor": r["seconds"] / floor_s})
+    return rows
+
+
 def evaluate(rows: list[dict], small: int, large: int, workers: int = 2) -> dict:
     """Ratios are CPU time over floor CPU time: on a shared machine wall time moves with the neighbours' load.
     Parallel speed-ups are wall time: they hold only on an idle machine."""
@@ -275,6 +315,8 @@ def main() -> None:
     parser.add_argument("--variants", default="inprocess,subprocess,workers,ray",
                         help="ways of grading at N, the first the reference (inprocess, subprocess, workers, ray; "
                              "ceiling: W one-process runs at once, what this machine allows W processes)")
+    parser.add_argument("--end-to-end", action="store_true",
+                        help="also time ingest + improve as the two CLI commands, default worker count (issue 19)")
     parser.add_argument("--note", default=None, help="recorded with the results (say if the machine was busy)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench_ingest_improve"))
     parser.add_argument("--output", type=Path, default=RESULTS)
@@ -289,10 +331,14 @@ def main() -> None:
     rows = (bench_size(args.work, small, rewards, ["inprocess"])
             + bench_size(args.work, large, rewards, variants, args.workers, repeats=args.repeats))
     verdict = evaluate(rows, small, large, args.workers)
+    e2e = end_to_end(args.work, large, rewards, args.repeats) if args.end_to_end else []
+    if e2e:
+        verdict["end_to_end_ratio_to_floor"] = {r["reward"]: r["ratio_to_floor"] for r in e2e}
+        verdict["end_to_end_within_3x"] = all(r["ratio_to_floor"] <= 3 for r in e2e)
     result = {"benchmark": "ingest_improve", "sizes": [small, large], "rewards": rewards,
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                           "load_average_at_start": load, "note": args.note},
-              "rows": rows, "targets": verdict}
+              "rows": rows, "end_to_end": e2e, "targets": verdict}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
     print_table(rows, verdict)
