@@ -303,26 +303,39 @@ def simply_valid(schema: Any, value: Any) -> bool:
     return True
 
 
+class _ToolKinds:
+    """`kind(name)` within one conversation, each name judged once. Its own object, not a method of `_Seen`: the
+    facts hold it, and a bound method would make `_Seen` and its facts a reference cycle, which only the cyclic
+    collector frees (a graded conversation's whole tree with it: it cost tool_calling's grading a quarter of its
+    time)."""
+
+    __slots__ = ("reward", "declared", "_kinds")
+
+    def __init__(self, reward: ToolCallingReward, declared: Mapping[str, Any]):
+        self.reward, self.declared = reward, declared
+        self._kinds: dict[Any, str] = {}
+
+    def __call__(self, name: Any) -> str:
+        kind = self._kinds.get(name)
+        if kind is None:
+            kind = self._kinds[name] = self.reward._kind(name, self.declared)
+        return kind
+
+
 class _Seen:
     """Within one conversation: tool kinds, enum options and schema checks by tool name, and its facts."""
 
-    __slots__ = ("reward", "messages", "declared", "_kinds", "_enums", "_validators", "_shapes", "facts")
+    __slots__ = ("reward", "messages", "declared", "kind", "_enums", "_validators", "_shapes", "facts")
 
     def __init__(self, reward: ToolCallingReward, conversation: Mapping[str, Any]):
         self.reward = reward
         self.messages = conversation["messages"]
         self.declared = declared_tools(conversation)
-        self._kinds: dict[Any, str] = {}
+        self.kind = _ToolKinds(reward, self.declared)
         self._enums: dict[str, frozenset[str]] = {}
         self._validators: dict[str, Any] = {}
         self._shapes: dict[str, tuple[Any, Any, Any]] = {}
         self.facts = ConversationFacts(self.messages, self.kind)
-
-    def kind(self, name: Any) -> str:
-        kind = self._kinds.get(name)
-        if kind is None:
-            kind = self._kinds[name] = self.reward._kind(name, self.declared)
-        return kind
 
     def enums(self, name: str) -> frozenset[str]:
         enums = self._enums.get(name)
