@@ -12,6 +12,7 @@ from .core.components import (
     Evaluator,
     GradeItem,
     Ingestor,
+    LinesNeedContext,
     Provider,
     Reject,
     Reward,
@@ -24,7 +25,7 @@ from .core.hookspec import hookimpl
 
 __all__ = [
     "__version__", "hookimpl", "Component", "Ingestor", "Reward", "Trainer", "Evaluator", "Provider", "TurnGrade",
-    "GradeItem", "Source", "Reject", "StatesetError", "GRPOTrainer", "MultiTurnGRPOTrainer",
+    "GradeItem", "Source", "Reject", "LinesNeedContext", "StatesetError", "GRPOTrainer", "MultiTurnGRPOTrainer",
 ]
 
 # Public trainer imports, resolved on first use so `import stateset_agents` stays light.

@@ -1,7 +1,7 @@
 """`stateset-agents ingest`: logs -> transcripts. The work is `pipeline.ingest.run_ingest`; this only renders."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import typer
 
@@ -19,6 +19,13 @@ def ingest(
     redact: bool = typer.Option(False, "--redact", help="Replace e-mail addresses, phone, card and IBAN numbers, "
                                                         "IP addresses and SSNs with placeholders."),
     runtime: str = typer.Option("inprocess", "--runtime", help="Where the ingestor runs: inprocess, subprocess or container."),
+    workers: Optional[int] = typer.Option(None, "--workers",
+                                          help="Parsing processes (default: one per core); outputs are the same "
+                                               "bytes as one process's. Gzipped files are decompressed here, and "
+                                               "a file of call logs is ingested on one process from its first "
+                                               "call on; an ingestor that cannot split a file runs on one."),
+    chunk_bytes: Optional[int] = typer.Option(None, "--chunk-bytes", hidden=True,
+                                              help="Input bytes per worker chunk."),
 ):
     """Turn conversation logs into transcripts, one conversation a line. Bad lines go to rejects.jsonl; the run
     fails only when nothing could be ingested."""
@@ -36,7 +43,9 @@ def ingest(
                       f"{update['rejected']} rejected")
             bar.update(task, total=update["files"], completed=done, description=update["path"], status=status)
 
-        summary = run_ingest(format, input, output, redact=redact, runtime=runtime, progress=show)
+        chunking = {} if chunk_bytes is None else {"chunk_bytes": chunk_bytes}
+        summary = run_ingest(format, input, output, redact=redact, runtime=runtime, progress=show,
+                             workers=_workers(workers), **chunking)
 
     _print_summary(summary)
     console.print(f"wrote {output}/{TRANSCRIPTS} ({summary['written']} conversations) and "
@@ -44,6 +53,15 @@ def ingest(
     if summary["written"] == 0:
         err_console.print("[bold red]error:[/] nothing could be ingested; see the rejects for why", highlight=False)
         raise typer.Exit(1)
+
+
+def _workers(workers: Optional[int]) -> int:
+    """One per core unless told."""
+    if workers is not None:
+        return workers
+    from ..pipeline.grading_engines import default_workers
+
+    return default_workers()
 
 
 def _print_summary(summary: dict[str, Any]) -> None:

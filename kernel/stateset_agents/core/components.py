@@ -260,13 +260,35 @@ class Reject:
         return {"path": self.path, "line": self.line, "reason": self.reason, "field": self.field, "detail": self.detail}
 
 
+class LinesNeedContext(Exception):
+    """Raised by `Ingestor.ingest_lines(..., part=True)`: these lines cannot be ingested apart from the rest of
+    their file (e.g. a call log, stitched with other lines of its conversation)."""
+
+
 class Ingestor(Component):
     """Parses one log format into conversations. Implement `ingest`: yield conversation dicts (with `source`) and
-    `Reject`s, in input order. Duplicate removal, redaction and writing are the kernel's job."""
+    `Reject`s, in input order. Duplicate removal, redaction and writing are the kernel's job.
+
+    An ingestor that can also ingest a file's lines in runs (`ingest --workers N` parses runs on several
+    processes) sets `splittable` and implements `ingest_lines`, keeping this promise: `ingest(source)` yields what
+    `ingest_lines(source, <all its lines>)` yields; and `ingest_lines(source, run, part=True)`, for any run of the
+    file's lines, either yields exactly what `ingest` yields for those lines, in the same order, depending on no
+    other line and leaving nothing behind that a later line would depend on, or raises `LinesNeedContext`. So the
+    file's output is the runs' outputs in order, up to the first run that raised, then `ingest_lines(source,
+    <the lines from that run's first on>)`."""
 
     kind = "ingestor"
+    #: True when `ingest_lines` keeps the promise above.
+    splittable: ClassVar[bool] = False
 
     def ingest(self, source: Source) -> Iterator[dict[str, Any] | Reject]:
+        raise NotImplementedError
+
+    def ingest_lines(self, source: Source, lines: Iterable[tuple[int, bytes]], *,
+                     part: bool = False) -> Iterator[dict[str, Any] | Reject]:
+        """Ingest `lines` of `source`: (line number from 1, the line without its newline), blank lines left out,
+        in order. Without `part`, they are the file from some line to its end, and none before them left state
+        behind; with `part`, they are one run of the file, to be ingested apart from the rest (see the class)."""
         raise NotImplementedError
 
 

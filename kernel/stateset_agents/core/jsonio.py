@@ -10,6 +10,7 @@ import gc
 import gzip
 import hashlib
 import io
+import itertools
 import os
 import sys
 import tempfile
@@ -67,6 +68,27 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
         for number, raw in enumerate(f, start=1):
             if not raw.isspace():  # a blank line is all whitespace (a line read is never empty)
                 yield number, raw.rstrip(b"\r\n")
+
+
+def iter_lines_from(path: str | os.PathLike, offset: int, first_line: int) -> Iterator[tuple[int, bytes]]:
+    """`iter_lines` from line `first_line` on, which starts at byte `offset` of a plain file (a gzipped one is
+    read from its start, the lines before skipped)."""
+    with open_maybe_gz(path) as f:
+        if isinstance(f, gzip.GzipFile):
+            rest: Iterator[bytes] = itertools.islice(f, first_line - 1, None)
+        else:
+            f.seek(offset)
+            rest = f
+        for number, raw in enumerate(rest, start=first_line):
+            if not raw.isspace():
+                yield number, raw.rstrip(b"\r\n")
+
+
+def iter_block_lines(block: bytes, first_line: int) -> Iterator[tuple[int, bytes]]:
+    """`iter_lines` over `block`, whole lines of a file the first of which is line `first_line`."""
+    for number, raw in enumerate(io.BytesIO(block), start=first_line):
+        if not raw.isspace():
+            yield number, raw.rstrip(b"\r\n")
 
 
 def _json_error(line: bytes) -> str:

@@ -396,14 +396,15 @@ class ChunkFailure:
     exit_code: int = 1
 
     @classmethod
-    def of(cls, exc: BaseException, who: str) -> "ChunkFailure":
+    def of(cls, exc: BaseException, who: str, call: str = "grade",
+           worker: str = "a grading worker") -> "ChunkFailure":
         if isinstance(exc, InputError):
             return cls("input", (exc.detail, exc.path, exc.line, exc.field), exc.exit_code)
         if isinstance(exc, PluginError):
             return cls("plugin", (exc.component, exc.call, exc.message), exc.exit_code)
         if isinstance(exc, StatesetError):
             return cls("stateset", (str(exc),), exc.exit_code)
-        return cls("plugin", (who, "grade", f"{type(exc).__name__}: {exc} (in a grading worker)"))
+        return cls("plugin", (who, call, f"{type(exc).__name__}: {exc} (in {worker})"))
 
     def error(self) -> StatesetError:
         if self.kind == "input":

@@ -12,7 +12,9 @@ The parent reads the input once to cut it into chunks and count their lines, int
 (`read_chunks`), and keeps no chunk's bytes.
 
 A worker grades the chunks it is sent one after another, in order, with its own copy of the reward
-(`grading.grade_chunk`, loaded once per process).
+(`grading.grade_chunk`, loaded once per process). The pool is not tied to grading: `Pool(work=, write=, read=)`
+runs any chunk function whose results have a data-only codec (`ingest --workers` parses logs on it:
+`ingest_parallel`).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import os
 import shutil
 import tempfile
 from collections import deque
-from typing import IO, Iterator, NamedTuple
+from typing import IO, Any, Callable, Iterator, NamedTuple
 
 from .grading import ChunkFailure, ChunkResult, GradeTask, grade_chunk
 from .grading_wire import read_result, write_result
@@ -119,10 +121,14 @@ def _detach(dup) -> int:
     return dup.detach()
 
 
-def serve(conn, spool: str, fd: int | None) -> None:
+#: (task, chunk, the input's fd) -> a result `write` can write: what a worker does with each chunk.
+WorkFn = Callable[[Any, Chunk, "int | None"], Any]
+
+
+def serve(conn, spool: str, fd: int | None, work: WorkFn = grade_at, write=write_result) -> None:
     """A worker's loop: (task or None for the last one, the chunk, its name) in; the name out, once its result is
     in the spool."""
-    task: GradeTask | None = None
+    task: Any = None
     while True:
         try:
             message = conn.recv()
@@ -137,21 +143,21 @@ def serve(conn, spool: str, fd: int | None) -> None:
             with open(path + ".in", "rb") as f:
                 chunk = chunk._replace(block=f.read())
             os.unlink(path + ".in")
-        result = grade_at(task, chunk, fd)
+        result = work(task, chunk, fd)
         with open(path + ".tmp", "wb") as f:
-            write_result(f, result)
+            write(f, result)
         os.rename(path + ".tmp", path)  # the parent never reads half a result
         conn.send(name)
 
 
 class _Worker:
-    def __init__(self, ctx, spool: str, fd: int | None):
+    def __init__(self, ctx, spool: str, fd: int | None, work: WorkFn, write, label: str):
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=serve, args=(child, spool, None if fd is None else InputFd(fd)),
-                                   daemon=True, name="stateset-grading-worker")
+        args = (child, spool, None if fd is None else InputFd(fd), work, write)
+        self.process = ctx.Process(target=serve, args=args, daemon=True, name=f"stateset-{label}-worker")
         self.process.start()
         child.close()
-        self.task: GradeTask | None = None  # the last task sent: a chunk of the same task goes without it
+        self.task: Any = None  # the last task sent: a chunk of the same task goes without it
         self.pending: deque[str] = deque()  # chunks sent, not answered, in order
         self.answered: set[str] = set()
         self.dead = False
@@ -196,24 +202,27 @@ class _Worker:
 
 class Pool:
     """`size` spawned worker processes; `submit` returns a handle, `done` and `result` read its answer. `fd`: the
-    input's open file, where chunks are read at their offsets (None: each chunk's bytes are spooled)."""
+    input's open file, where chunks are read at their offsets (None: each chunk's bytes are spooled, or `work`
+    reads them itself). A worker runs `work` on each chunk and `write`s its result to the spool; `read` reads it
+    back: by default they grade (`grade_at`, `grading_wire`); `label` names the processes and the spool."""
 
-    def __init__(self, size: int, fd: int | None):
+    def __init__(self, size: int, fd: int | None, *, work: WorkFn = grade_at, write=write_result,
+                 read=read_result, label: str = "grading"):
         import multiprocessing
 
-        self.size = size
+        self.size, self.label, self.read = size, label, read
         self.ctx = multiprocessing.get_context("spawn")  # nothing of the parent's threads or state is inherited
-        self.spool = tempfile.mkdtemp(prefix="stateset-grading-", dir=_spool_root())
+        self.spool = tempfile.mkdtemp(prefix=f"stateset-{label}-", dir=_spool_root())
         self.workers: list[_Worker] = []
         self.sent = 0
         try:
             for _ in range(size):
-                self.workers.append(_Worker(self.ctx, self.spool, fd))
+                self.workers.append(_Worker(self.ctx, self.spool, fd, work, write, label))
         except BaseException:
             self.close()
             raise
 
-    def submit(self, task: GradeTask, chunk: Chunk) -> tuple[_Worker, str]:
+    def submit(self, task: Any, chunk: Chunk) -> tuple[_Worker, str]:
         worker = min(self.workers, key=lambda w: len(w.pending))  # the least loaded: chunks cost unevenly
         self.sent += 1
         name = f"chunk-{self.sent}"
@@ -236,18 +245,18 @@ class Pool:
         worker.drain(block=False)
         return name in worker.answered or worker.dead
 
-    def result(self, handle: tuple[_Worker, str]) -> ChunkResult | ChunkFailure:
+    def result(self, handle: tuple[_Worker, str]) -> Any:
         worker, name = handle
         while name not in worker.answered:
             if worker.dead:
                 worker.process.join(1)
-                raise WorkerDied(f"grading worker {worker.process.pid} ended (exit code "
+                raise WorkerDied(f"{self.label} worker {worker.process.pid} ended (exit code "
                                  f"{worker.process.exitcode}) without answering")
             worker.drain(block=True)
         worker.answered.discard(name)
         path = os.path.join(self.spool, name)
         with open(path, "rb") as f:
-            result = read_result(f)
+            result = self.read(f)
         os.unlink(path)
         return result
 

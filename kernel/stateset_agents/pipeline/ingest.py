@@ -12,6 +12,7 @@ bounded too (the first-party ingestors' call-log stitching is).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -19,7 +20,7 @@ from collections import Counter
 from collections.abc import Mapping  # typing's alias makes every isinstance check several times slower
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterable, NamedTuple
 
 import orjson
 
@@ -35,6 +36,8 @@ SUMMARY = "ingest_summary.json"
 INPUT_SUFFIXES = (".jsonl", ".jsonl.gz")
 REDACTION_LABELS = ("EMAIL", "PHONE", "CARD", "IBAN", "IP", "SSN")
 MAX_NESTING = 254  # the deepest JSON orjson writes
+#: Input bytes per chunk with `workers` > 1 (whole lines), as `improve run`'s.
+CHUNK_BYTES = 1 << 20
 
 #: Receives `{"path", "file_index", "files", "line", "read", "written", "duplicates", "rejected"}` now and then.
 ProgressFn = Callable[[dict[str, Any]], None]
@@ -63,6 +66,12 @@ class _Output:
 
     def write(self, row: Mapping[str, Any]) -> None:
         data = dumps_line(row)
+        self.file.write(data)
+        self._sha.update(data)
+        self.rows += 1
+
+    def write_bytes(self, data: bytes | memoryview) -> None:
+        """A row already serialized (by a worker)."""
         self.file.write(data)
         self._sha.update(data)
         self.rows += 1
@@ -105,6 +114,20 @@ class _Ingest:
     seen_content: "DigestSet" = field(default_factory=lambda: DigestSet())
     seen_ids: "DigestSet" = field(default_factory=lambda: DigestSet())
 
+    def items(self, items: Iterable[Any], source: Source, tally: _Tally, who: str, report: Callable[..., None],
+              lines_wanted: bool) -> None:
+        """What the ingestor yielded for `source` (or a part of it), in order."""
+        for item in items:
+            if isinstance(item, dict) or isinstance(item, Mapping):  # a dict, the common case, checked cheaply
+                self.conversation(item, source, tally, who)
+                if lines_wanted:
+                    report(int((item.get("source") or {}).get("line") or 0))
+            elif isinstance(item, Reject):
+                self.rejected_line(item, tally)
+                report(item.line)
+            else:
+                raise PluginError(who, "ingest", f"yielded a {type(item).__name__}, not a conversation or Reject")
+
     def rejected_line(self, reject: Reject, tally: _Tally) -> None:
         tally.read += 1
         self._reject(reject, tally)
@@ -114,65 +137,158 @@ class _Ingest:
         self.reasons[reject.reason] += 1
         tally.rejected += 1
 
-    def _reject_lines(self, where: Mapping[str, Any], reason: str, field: str | None, detail: str,
+    def _reject_lines(self, path: str, lines: list[int], reason: str, field: str | None, detail: str,
                       tally: _Tally) -> None:
         """Reject a whole conversation: one reject for each line it was made of (a stitched one has several), so
         every line read is written, a duplicate, or a reject."""
-        lines = where.get("lines")
-        if not isinstance(lines, list) or not lines:
-            lines = [where["line"]]
         for line in lines:
-            self._reject(Reject(path=where["path"], line=line if isinstance(line, int) else where["line"],
-                                reason=reason, field=field, detail=detail), tally)
+            self._reject(Reject(path=path, line=line, reason=reason, field=field, detail=detail), tally)
 
-    def conversation(self, conv: Mapping[str, Any], source: Source, tally: _Tally, who: str) -> None:
-        messages = conv.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise PluginError(who, "ingest", f"yielded a conversation without messages from {source.path}")
-        logged = conv.get("source")
-        if not isinstance(logged, dict) and not isinstance(logged, Mapping):
-            logged = {}
-        line = int(logged.get("line") or 0)
-        # Path and sha256 are the kernel's to say; the line (and any extra, like a stitched call's lines) the plugin's.
-        where = {"path": source.path, "sha256": source.sha256, "line": line}
-        lines_read = 1
-        if not _SOURCE_KEYS.issuperset(logged):
-            where.update((k, v) for k, v in logged.items() if k not in _SOURCE_KEYS)
-            if "lines" in where:
-                lines_read = len(where["lines"]) if isinstance(where["lines"], list) else 1
-                self.call_logs.update(calls=lines_read, conversations=1,
-                                      unstitched=int(bool(where.get("unstitched"))))
+    def _count(self, tally: _Tally, lines_read: int, call_log: tuple[int, int] | None) -> None:
+        if call_log is not None:
+            self.call_logs.update(calls=call_log[0], conversations=1, unstitched=call_log[1])
         tally.read += lines_read
         tally.conversations += 1
+
+    def conversation(self, conv: Mapping[str, Any], source: Source, tally: _Tally, who: str) -> None:
+        messages, where, lines_read, call_log = _locate(conv, source, who)
+        self._count(tally, lines_read, call_log)
         tools, metadata = conv.get("tools") or [], conv.get("metadata") or {}
-        try:
-            content = hashlib.sha256(canonical_json({"messages": messages, "tools": tools,
-                                                     "metadata": metadata})).digest()
-        except TypeError as exc:  # orjson's JSONEncodeError
-            if "recursion" not in str(exc).lower():
-                raise PluginError(who, "ingest", f"yielded a conversation that is not JSON ({exc}) from "
-                                                 f"{source.path}, line {line}") from None
-            # Valid JSON nested deeper than any JSON output can be written (a line may nest 1024 levels,
-            # orjson writes 254): the line's fault, so its reject, not a failed run.
-            self._reject_lines(where, "too_deep", None, f"the conversation nests deeper than JSON output allows "
-                                                        f"({MAX_NESTING} levels)", tally)
+        content = _content_digest(messages, tools, metadata, who, source, where["line"])
+        if content is None:
+            self._reject_lines(source.path, _lines_of(where), "too_deep", None, _TOO_DEEP, tally)
             return
         if not self.seen_content.add(content[:16]):
             tally.duplicates += 1
             return
-        conv_id = str(conv.get("id") or "") or f"conv-{content[:8].hex()}"
+        conv_id = _conversation_id(conv, content)
         if not self.seen_ids.add(_id_digest(conv_id)):
-            self._reject_lines(where, "duplicate_id", "id", f"id {conv_id!r} was already used by a different "
-                                                            "conversation earlier in the input; ids must be unique",
-                               tally)
+            self._reject_lines(source.path, _lines_of(where), "duplicate_id", "id", _duplicate_id(conv_id), tally)
             return
-        row = {"id": conv_id, "source": where, "messages": messages, "tools": tools, "metadata": metadata}
-        if not row.keys() >= conv.keys():
-            row.update((k, v) for k, v in conv.items() if k not in row)
+        row = _row(conv, conv_id, where, messages, tools, metadata)
         if self.redact:
             self.redactions.update(redact_conversation(row))
         self.transcripts.write(row)
         tally.written += 1
+
+    def prepared(self, item: "Prepared", path: str, tally: _Tally, rows: memoryview) -> None:
+        """`conversation`'s work on a conversation a worker prepared (`prepare_conversation`): what needs the
+        whole run's state. `rows`: its transcript line."""
+        self._count(tally, item.lines_read, item.call_log)
+        if item.digests is None:
+            self._reject_lines(path, item.lines, "too_deep", None, _TOO_DEEP, tally)
+            return
+        if not self.seen_content.add(item.digests[:16]):
+            tally.duplicates += 1
+            return
+        if not self.seen_ids.add(item.digests[16:]):
+            self._reject_lines(path, item.lines, "duplicate_id", "id", _duplicate_id(item.conv_id), tally)
+            return
+        if item.redactions:
+            self.redactions.update(item.redactions)
+        self.transcripts.write_bytes(rows)
+        tally.written += 1
+
+    def prepared_reject(self, reason: str, tally: _Tally, row: memoryview) -> None:
+        """`rejected_line` for a reject a worker wrote (`row`)."""
+        tally.read += 1
+        self.rejects.write_bytes(row)
+        self.reasons[reason] += 1
+        tally.rejected += 1
+
+
+_TOO_DEEP = f"the conversation nests deeper than JSON output allows ({MAX_NESTING} levels)"
+
+
+def _duplicate_id(conv_id: str) -> str:
+    return f"id {conv_id!r} was already used by a different conversation earlier in the input; ids must be unique"
+
+
+def _locate(conv: Mapping[str, Any], source: Source,
+            who: str) -> tuple[list[Any], dict[str, Any], int, tuple[int, int] | None]:
+    """A conversation's messages, its `source` as written, the lines it was read from, and (for a stitched call
+    log) its (calls, unstitched) counts."""
+    messages = conv.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise PluginError(who, "ingest", f"yielded a conversation without messages from {source.path}")
+    logged = conv.get("source")
+    if not isinstance(logged, dict) and not isinstance(logged, Mapping):
+        logged = {}
+    # Path and sha256 are the kernel's to say; the line (and any extra, like a stitched call's lines) the plugin's.
+    where = {"path": source.path, "sha256": source.sha256, "line": int(logged.get("line") or 0)}
+    lines_read, call_log = 1, None
+    if not _SOURCE_KEYS.issuperset(logged):
+        where.update((k, v) for k, v in logged.items() if k not in _SOURCE_KEYS)
+        if "lines" in where:
+            lines_read = len(where["lines"]) if isinstance(where["lines"], list) else 1
+            call_log = (lines_read, int(bool(where.get("unstitched"))))
+    return messages, where, lines_read, call_log
+
+
+def _content_digest(messages: list[Any], tools: Any, metadata: Any, who: str, source: Source,
+                    line: int) -> bytes | None:
+    """The sha256 of the conversation's canonical content; None when it nests too deep to be written."""
+    try:
+        return hashlib.sha256(canonical_json({"messages": messages, "tools": tools, "metadata": metadata})).digest()
+    except TypeError as exc:  # orjson's JSONEncodeError
+        if "recursion" not in str(exc).lower():
+            raise PluginError(who, "ingest", f"yielded a conversation that is not JSON ({exc}) from "
+                                             f"{source.path}, line {line}") from None
+        # Valid JSON nested deeper than any JSON output can be written (a line may nest 1024 levels,
+        # orjson writes 254): the line's fault, so its reject, not a failed run.
+        return None
+
+
+def _lines_of(where: Mapping[str, Any]) -> list[int]:
+    """The lines a conversation was made of (a stitched one has several)."""
+    lines = where.get("lines")
+    if not isinstance(lines, list) or not lines:
+        return [where["line"]]
+    return [line if isinstance(line, int) else where["line"] for line in lines]
+
+
+def _conversation_id(conv: Mapping[str, Any], content: bytes) -> str:
+    return str(conv.get("id") or "") or f"conv-{content[:8].hex()}"
+
+
+def _row(conv: Mapping[str, Any], conv_id: str, where: dict[str, Any], messages: list[Any], tools: Any,
+         metadata: Any) -> dict[str, Any]:
+    row = {"id": conv_id, "source": where, "messages": messages, "tools": tools, "metadata": metadata}
+    if not row.keys() >= conv.keys():
+        row.update((k, v) for k, v in conv.items() if k not in row)
+    return row
+
+
+class Prepared(NamedTuple):
+    """A conversation as a worker leaves it for the parent (`prepare_conversation`): everything `_Ingest.
+    conversation` works out from the conversation alone. `digests`: the content's 16 bytes then the id's; None
+    for a conversation too deep to write (its lines are rejected)."""
+
+    lines_read: int
+    call_log: tuple[int, int] | None
+    lines: list[int]
+    digests: bytes | None
+    conv_id: str | None
+    row_size: int
+    redactions: dict[str, int] | None
+
+
+def prepare_conversation(conv: Mapping[str, Any], source: Source, who: str,
+                         redact: bool) -> tuple[Prepared, bytes]:
+    """A worker's share of `_Ingest.conversation`: the prepared conversation and its transcript line (b"" for
+    one too deep to write)."""
+    messages, where, lines_read, call_log = _locate(conv, source, who)
+    tools, metadata = conv.get("tools") or [], conv.get("metadata") or {}
+    content = _content_digest(messages, tools, metadata, who, source, where["line"])
+    lines = _lines_of(where)
+    if content is None:
+        return Prepared(lines_read, call_log, lines, None, None, 0, None), b""
+    conv_id = _conversation_id(conv, content)
+    row = _row(conv, conv_id, where, messages, tools, metadata)
+    redactions = dict(redact_conversation(row)) if redact else None
+    data = dumps_line(row)
+    return Prepared(lines_read, call_log, lines, content[:16] + _id_digest(conv_id), conv_id, len(data),
+                    redactions), data
 
 
 def _id_digest(conv_id: str) -> bytes:
@@ -259,10 +375,23 @@ class DigestSet:
 
 def run_ingest(format: str, inputs: str | os.PathLike, output: str | os.PathLike, *, redact: bool = False,
                runtime: str = "inprocess", progress: ProgressFn | None = None,
-               config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               config: Mapping[str, Any] | None = None, workers: int | None = 1,
+               chunk_bytes: int = CHUNK_BYTES) -> dict[str, Any]:
     """Ingest `inputs` (a file, or a directory of .jsonl/.jsonl.gz files) with `ingestor:{format}` into the
     directory `output`. Returns the summary, also written to `output/ingest_summary.json`. Raises InputError when
-    the inputs cannot be found; bad lines never raise, they are rejected."""
+    the inputs cannot be found; bad lines never raise, they are rejected.
+
+    `workers` > 1 (None: one per core) parses on that many local processes, this one included, in chunks of about
+    `chunk_bytes` of input, with outputs byte-identical to one process's (`ingest_parallel`); where the ingestor
+    cannot ingest a file in parts (it is not `splittable`, or runs out of process) everything runs here."""
+    if workers is None:
+        from .grading_engines import default_workers
+
+        workers = default_workers()
+    if workers < 1:
+        raise InputError("--workers must be at least 1", field="workers")
+    if chunk_bytes < 1:
+        raise InputError("chunk size must be at least 1 byte", field="chunk_bytes")
     files = input_files(inputs)
     out = Path(output)
     if out.exists() and not out.is_dir():
@@ -270,8 +399,22 @@ def run_ingest(format: str, inputs: str | os.PathLike, output: str | os.PathLike
     if os.path.isdir(inputs) and out.exists() and out.resolve() == Path(inputs).resolve():
         raise InputError("the output directory must not be the input directory: its outputs would be read as "
                          "input on the next run", path=os.fspath(output))
-    sources = [Source(path=f, sha256=sha256_file(f), local_path=os.path.abspath(f)) for f in files]
-    per_file: list[dict[str, Any]] = []
+    # A log of one chunk is ingested here: starting workers would cost more than they save. Workers start before
+    # the inputs are hashed, so that their start overlaps it; they go unused if the ingestor cannot split a file.
+    pool = None
+    if workers > 1 and runtime == "inprocess" and sum(os.path.getsize(f) for f in files) > chunk_bytes:
+        from .ingest_parallel import start_pool
+
+        pool = start_pool(workers)
+    with contextlib.ExitStack() as stack:
+        if pool is not None:
+            stack.callback(pool.close)
+        sources = [Source(path=f, sha256=sha256_file(f), local_path=os.path.abspath(f)) for f in files]
+        return _ingest(format, sources, out, redact, runtime, progress, config, pool, chunk_bytes)
+
+
+def _ingest(format: str, sources: list[Source], out: Path, redact: bool, runtime: str, progress: ProgressFn | None,
+            config: Mapping[str, Any] | None, pool: Any, chunk_bytes: int) -> dict[str, Any]:
     # One set: nothing is renamed until every file is flushed (a full disk replaces none), the summary last.
     with load_component(format, kind="ingestor", config=config, runtime=runtime) as ingestor, \
             atomic_outputs() as outputs:
@@ -279,27 +422,46 @@ def run_ingest(format: str, inputs: str | os.PathLike, output: str | os.PathLike
         run = _Ingest(_Output(outputs.open(out / TRANSCRIPTS), TRANSCRIPTS),
                       _Output(outputs.open(out / REJECTS), REJECTS), redact)
         who = getattr(ingestor, "full_name", f"ingestor:{format}")
-        for index, source in enumerate(sources, start=1):
-            tally = _Tally()
-            report = _progress_reporter(progress, source.path, index, len(sources), tally)
-            report(0, force=True)
-            for item in ingestor.ingest(source):
-                if isinstance(item, dict) or isinstance(item, Mapping):  # a dict, the common case, checked cheaply
-                    run.conversation(item, source, tally, who)
-                    if progress is not None:
-                        report(int((item.get("source") or {}).get("line") or 0))
-                elif isinstance(item, Reject):
-                    run.rejected_line(item, tally)
-                    report(item.line)
-                else:
-                    raise PluginError(who, "ingest", f"yielded a {type(item).__name__}, not a conversation or Reject")
-            report(None, force=True)
-            run.totals.add(tally)
-            per_file.append({"path": source.path, "sha256": source.sha256, **tally.as_dict()})
+        steps = InputSteps(sources, progress)
+        if pool is not None and getattr(ingestor, "splittable", False) is True:
+            from .ingest_parallel import IngestJob, ingest_on_workers
+
+            job = IngestJob(format=format, config=dict(config or {}), redact=redact, who=who)
+            ingest_on_workers(ingestor, job, sources, run, steps, pool, chunk_bytes=chunk_bytes)
+        else:
+            for index, source in enumerate(sources):
+                tally, report = steps.start(index)
+                run.items(ingestor.ingest(source), source, tally, who, report, progress is not None)
+                steps.finish(run)
         component = {"name": who, "version": getattr(ingestor, "version", None), "config": dict(config or {})}
-        summary = _summary(format, component, redact, per_file, run)
+        summary = _summary(format, component, redact, steps.per_file, run)
         summary_file.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
     return summary
+
+
+class InputSteps:
+    """The per-file side of a run, file after file: each file's tally and progress, and its entry in the summary
+    once it ends."""
+
+    def __init__(self, sources: list[Source], progress: ProgressFn | None):
+        self.sources, self.progress = sources, progress
+        self.per_file: list[dict[str, Any]] = []
+        self.current = -1
+        self.tally, self.report = _Tally(), _progress_reporter(None, "", 0, 0, _Tally())
+
+    def start(self, index: int) -> tuple[_Tally, Callable[..., None]]:
+        self.current = index
+        source = self.sources[index]
+        self.tally = _Tally()
+        self.report = _progress_reporter(self.progress, source.path, index + 1, len(self.sources), self.tally)
+        self.report(0, force=True)
+        return self.tally, self.report
+
+    def finish(self, run: "_Ingest") -> None:
+        source = self.sources[self.current]
+        self.report(None, force=True)
+        run.totals.add(self.tally)
+        self.per_file.append({"path": source.path, "sha256": source.sha256, **self.tally.as_dict()})
 
 
 def _summary(format: str, component: dict[str, Any], redact: bool, per_file: list[dict[str, Any]],

@@ -4,11 +4,11 @@ A format only says what one parsed line is (`parse_line`): a complete conversati
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import orjson
 
-from stateset_agents import Ingestor, Reject, Source
+from stateset_agents import Ingestor, LinesNeedContext, Reject, Source
 from stateset_agents.core.errors import StatesetError
 from stateset_agents.core.jsonio import iter_lines
 
@@ -58,9 +58,17 @@ class LogIngestor(Ingestor):
         """One parsed JSON line. Raise `LineError` for a line that cannot be ingested."""
         raise NotImplementedError
 
+    # A line is a conversation or a reject on its own, except a call (stitched with the other calls of its
+    # conversation): a run of lines without calls ingests alone and leaves the stitcher empty.
+    splittable = True
+
     def ingest(self, source: Source) -> Iterator[dict[str, Any] | Reject]:
+        return self.ingest_lines(source, iter_lines(source.local_path))
+
+    def ingest_lines(self, source: Source, lines: Iterable[tuple[int, bytes]], *,
+                     part: bool = False) -> Iterator[dict[str, Any] | Reject]:
         stitcher = Stitcher(source, self.config.get("stitch_window", DEFAULT_WINDOW))
-        for line, raw in iter_lines(source.local_path):
+        for line, raw in lines:
             if self.cancelled:
                 raise StatesetError(f"ingest of {source.path} cancelled at line {line}")
             yield from stitcher.expire(line)
@@ -69,6 +77,8 @@ class LogIngestor(Ingestor):
                 if _may_be_too_deep(raw):
                     _check_depth(record)
                 parsed = self.parse_line(record)
+                if part and isinstance(parsed, Call):
+                    raise LinesNeedContext(f"{source.path}, line {line} is a call log")
                 # `add` digests the call before it changes anything, so a call too deep to digest leaves no trace.
                 stitched = list(stitcher.add(parsed, line)) if isinstance(parsed, Call) else None
             except orjson.JSONDecodeError as exc:
