@@ -223,7 +223,8 @@ def bench_size(work: Path, n: int, rewards: list[str], variants: list[str], work
 
 def end_to_end(work: Path, n: int, rewards: list[str], repeats: int) -> list[dict]:
     """Ingest + improve as a user runs them: the two `stateset-agents` commands, each its own process (start-up and
-    imports included), improve with its default worker count (one process per core). Wall time over the wall-time
+    imports included), each with its default worker count (one process per core: `ingest --workers`, `improve run
+    --workers`). Wall time over the wall-time
     floor of the files both steps read and write; the median of `repeats` alternated runs per reward."""
     from stateset_agents.pipeline.grading_engines import default_workers
     from stateset_agents.samples import POLICY
