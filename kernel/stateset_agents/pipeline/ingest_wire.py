@@ -1,5 +1,5 @@
 """An ingest worker's answer as a spool file, in a data-only format (no pickle: nothing in the kernel loads code
-from a file, even one our own child wrote into a private folder), as `grading_wire` is for grading.
+from a file, even one our own child wrote into a private folder), framed as `grading_wire` frames grading's.
 
 A file is an 8-byte header length, a JSON header, then the chunk's rows (transcript and reject lines, in item
 order). The header lists the items: `["r", reason, row size]` for a reject the ingestor yielded,
@@ -7,16 +7,14 @@ order). The header lists the items: `["r", reason, row size]` for a reject the i
 """
 from __future__ import annotations
 
-import struct
 from typing import IO
 
 import orjson
 
 from .grading import ChunkFailure
+from .grading_wire import failure_header, read_blob, read_header, write_frame
 from .ingest import Prepared
 from .ingest_chunks import IngestedChunk, PreparedReject
-
-_LENGTH = struct.Struct("<Q")
 
 
 def _item(item: Prepared | PreparedReject) -> list:
@@ -35,27 +33,18 @@ def _unitem(raw: list) -> Prepared | PreparedReject:
 
 
 def write_ingested(f: IO[bytes], result: IngestedChunk | ChunkFailure) -> None:
-    rows = b""
     if isinstance(result, ChunkFailure):
-        header = {"failure": {"kind": result.kind, "args": list(result.args), "exit_code": result.exit_code}}
-    else:
-        header = {"result": {"items": [_item(i) for i in result.items], "last_line": result.last_line,
-                             "rows": len(result.rows)}}
-        rows = result.rows
-    head = orjson.dumps(header, default=str)  # a failure's path: its text
-    f.write(_LENGTH.pack(len(head)))
-    f.write(head)
-    f.write(rows)
+        write_frame(f, orjson.dumps(failure_header(result), default=str))  # a failure's path: its text
+        return
+    header = {"result": {"items": [_item(i) for i in result.items], "last_line": result.last_line,
+                         "rows": len(result.rows)}}
+    write_frame(f, orjson.dumps(header), (result.rows,))
 
 
 def read_ingested(f: IO[bytes]) -> IngestedChunk | ChunkFailure:
-    (length,) = _LENGTH.unpack(f.read(_LENGTH.size))
-    header = orjson.loads(f.read(length))
-    if "failure" in header:
-        failure = header["failure"]
-        return ChunkFailure(failure["kind"], tuple(failure["args"]), failure["exit_code"])
+    header, failure = read_header(f, orjson.loads)
+    if failure is not None:
+        return failure
     r = header["result"]
-    rows = f.read(r["rows"])
-    if len(rows) != r["rows"]:
-        raise EOFError(f"an ingest worker's answer is cut short: {r['rows']} bytes expected, {len(rows)} read")
+    rows = read_blob(f, r["rows"], "an ingest worker")
     return IngestedChunk([_unitem(i) for i in r["items"]], rows, r["last_line"])

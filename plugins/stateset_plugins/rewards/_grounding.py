@@ -103,12 +103,16 @@ def mentioned_values(text: str, tokens: Sequence[str] | None = None,
         _month_days(text, out, days)
     if first_digit:
         _digit_values(text, out, days, first_digit.start())
-    # Tokens with a capital letter (a token not among the lower-cased ones): codes ("JFK") and names ("Mia"), in
-    # the order written (a set's order changes with the process's string hashing, and so would the reasons).
-    for token in dict.fromkeys(tokens):
-        if token not in lowered and len(token) >= 3 and token.isalpha():
-            word = token.lower()
-            if word not in _CALENDAR_WORDS and not known_word(word):
+    # Tokens with a capital letter (a token not among the lower-cased ones) that are no English word: codes ("JFK")
+    # and names ("Mia"). Found with set operations first: most replies' capitalised words are English ("Your").
+    unknown = [t for t in frozenset(tokens).difference(lowered)
+               if len(t) >= 3 and t.isalpha() and t.lower() not in _CALENDAR_WORDS and not known_word(t.lower())]
+    if unknown:
+        unknown_set = frozenset(unknown)
+        # in the order written (a set's order changes with the process's string hashing, and so would the reasons)
+        for token in dict.fromkeys(tokens):
+            if token in unknown_set:
+                word = token.lower()
                 if token.isupper():
                     if len(token) <= 10:
                         out.append("id:" + word)
@@ -189,6 +193,9 @@ def _digit_values(text: str, out: list[str], days: set[int], first_digit: int = 
             digits = re.findall(r"\d+", token)
             key = _clock(int(digits[0]), int(digits[1]) if len(digits) > 1 else 0,
                          meridiem.group(1) if meridiem else None)
+        elif token.isdigit():  # the common case, as `_number_key` reads it
+            value = int(token)
+            key = f"n:{value}" if value > SMALL_NUMBER else None
         else:
             key = _number_key(token)
         if key:
