@@ -18,7 +18,7 @@ from ..core.errors import PluginError
 from ..core.jsonio import dumps_line, iter_block_lines, rare_gc
 from .grading import ChunkFailure
 from .grading_pool import Chunk, InputChanged
-from .ingest import Prepared, prepare_conversation
+from .ingest_state import Prepared, prepare_conversation
 
 #: The failure a chunk comes back with when its lines cannot be ingested apart from the rest of the file.
 NEEDS_CONTEXT = "needs_context"

@@ -29,7 +29,7 @@ from ..core.errors import PluginError
 from ..core.jsonio import iter_lines_from, open_maybe_gz
 from .grading import ChunkFailure
 from .grading_pool import Chunk, Pool, WorkerDied, read_chunks
-from .ingest import InputSteps, _Ingest, _Tally
+from .ingest_state import InputSteps, _Ingest, _Tally
 from .ingest_chunks import NEEDS_CONTEXT, IngestedChunk, IngestJob, IngestTask, PreparedReject, ingest_at
 from .ingest_wire import read_ingested, write_ingested
 

@@ -13,7 +13,7 @@ import orjson
 
 from .grading import ChunkFailure
 from .grading_wire import failure_header, read_blob, read_header, write_frame
-from .ingest import Prepared
+from .ingest_state import Prepared
 from .ingest_chunks import IngestedChunk, PreparedReject
 
 
