@@ -291,3 +291,23 @@ def test_this_process_grades_while_the_oldest_chunk_is_out_within_its_budget():
     assert [n for where, n in events if where == "merged"] == list(range(10))
     assert events[:6] == [("sent", 0), ("sent", 1), ("here", 2), ("here", 3), ("here", 4), ("worker", 0)]
     assert graded_here and most == 3  # 10 + 10 bytes wait: one more is graded; 30 >= 25: none until they merge
+
+
+def test_no_more_processes_than_the_log_has_chunks(tmp_path, monkeypatch):
+    """A log of two chunks asked for 8 workers grades on 2 processes (this one and 1 spawned), not 8."""
+    from stateset_agents.pipeline import grading_engines
+
+    sizes = []
+
+    class Recording(grading_engines.LocalPool):
+        def __init__(self, workers, fd):
+            sizes.append(workers)
+            super().__init__(workers, fd)
+
+    monkeypatch.setattr(grading_engines, "LocalPool", Recording)
+    logs = varied_log(tmp_path / "in")
+    chunk = (logs / "transcripts.jsonl").stat().st_size // 2 + 1  # two chunks
+    one = run_improve(logs, "improve_toy", tmp_path / "one", held_out_fraction=0.2)
+    many = run_improve(logs, "improve_toy", tmp_path / "many", held_out_fraction=0.2, workers=8, chunk_bytes=chunk)
+    assert sizes == [1]  # spawned workers: the parent grades too
+    assert outputs(tmp_path / "one") == outputs(tmp_path / "many") and one["counts"] == many["counts"]

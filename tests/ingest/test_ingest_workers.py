@@ -223,3 +223,22 @@ def test_cli_workers_option(tmp_path, monkeypatch):
     assert outputs(tmp_path / "one") == outputs(tmp_path / "many")
     result = CliRunner().invoke(app, ["ingest", "-f", "openai", "-i", "log.jsonl", "-o", "x", "--workers", "0"])
     assert isinstance(result.exception, InputError) and "--workers must be at least 1" in str(result.exception)
+
+
+def test_no_more_processes_than_the_log_has_chunks(tmp_path, monkeypatch):
+    """A log of two chunks asked for 8 workers starts 2 processes (this one and 1 spawned), not 8."""
+    started = []
+    real = ingest_parallel.start_pool
+
+    def recording(workers):
+        started.append(workers)
+        return real(workers)
+
+    monkeypatch.setattr(ingest_parallel, "start_pool", recording)
+    log = write_jsonl(tmp_path / "log.jsonl", [chat(i, id=f"c{i}") for i in range(60)])
+    size = log.stat().st_size
+    chunk = size // 2 + 1  # two chunks
+    one = run_ingest("openai", log, tmp_path / "one")
+    many = run_ingest("openai", log, tmp_path / "many", workers=8, chunk_bytes=chunk)
+    assert started == [2]
+    assert outputs(tmp_path / "one") == outputs(tmp_path / "many") and one == many

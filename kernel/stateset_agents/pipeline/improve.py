@@ -42,7 +42,7 @@ from ..core.jsonio import atomic_outputs, dumps, load_json, rare_gc, read_jsonl_
 from ..plugin_api.splits import LEGACY_HELD_OUT, SPLIT_FILES, TEST, VALIDATION
 from .curated_rows import CuratedSink, Sink
 from .grading import Curation, GradeTask, Merger, Tally, check_conversation, final_counts
-from .grading_engines import CHUNK_BYTES, ENGINES
+from .grading_engines import CHUNK_BYTES, ENGINES, useful_workers
 
 _check_conversation = check_conversation  # the name `pipeline.robustness` imports
 
@@ -171,6 +171,8 @@ def run_improve(transcripts: str | os.PathLike, reward: str | None, output: str 
         raise InputError("--workers must be at least 1", field="workers")
     if address is not None and engine != "ray":
         raise InputError("--address names a Ray cluster: use it with --engine ray", field="address")
+    if engine == "local" and workers is not None and workers > 1:
+        workers = useful_workers(workers, [src], chunk_bytes)  # no more processes than the log has chunks
     # A log of one chunk is graded here: starting workers would cost more than they save (the bytes are the same).
     chunked = engine == "ray" or ((workers or 1) > 1 and src.stat().st_size > chunk_bytes)
     out = Path(output)

@@ -70,6 +70,10 @@ def run_ingest(format: str, inputs: str | os.PathLike, output: str | os.PathLike
     # A log of one chunk is ingested here: starting workers would cost more than they save. Workers start before
     # the inputs are hashed, so that their start overlaps it; they go unused if the ingestor cannot split a file.
     pool = None
+    if workers > 1 and runtime == "inprocess":
+        from .grading_engines import useful_workers
+
+        workers = useful_workers(workers, files, chunk_bytes)  # no more processes than the inputs have chunks
     if workers > 1 and runtime == "inprocess" and sum(os.path.getsize(f) for f in files) > chunk_bytes:
         from .ingest_parallel import start_pool
 
