@@ -17,7 +17,6 @@ from collections.abc import Mapping  # typing's alias makes every isinstance che
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterable, NamedTuple
 
-
 from ..core.components import Reject, Source
 from ..core.errors import InputError, PluginError
 from ..core.jsonio import canonical_json, dumps_line
@@ -58,13 +57,10 @@ class _Output:
         self.file, self.name, self.rows, self._sha = file, name, 0, hashlib.sha256()
 
     def write(self, row: Mapping[str, Any]) -> None:
-        data = dumps_line(row)
-        self.file.write(data)
-        self._sha.update(data)
-        self.rows += 1
+        self.write_bytes(dumps_line(row))
 
     def write_bytes(self, data: bytes | memoryview) -> None:
-        """A row already serialized (by a worker)."""
+        """A row already serialized (by `prepare_conversation`)."""
         self.file.write(data)
         self._sha.update(data)
         self.rows += 1
@@ -144,29 +140,13 @@ class _Ingest:
         tally.conversations += 1
 
     def conversation(self, conv: Mapping[str, Any], source: Source, tally: _Tally, who: str) -> None:
-        messages, where, lines_read, call_log = _locate(conv, source, who)
-        self._count(tally, lines_read, call_log)
-        tools, metadata = conv.get("tools") or [], conv.get("metadata") or {}
-        content = _content_digest(messages, tools, metadata, who, source, where["line"])
-        if content is None:
-            self._reject_lines(source.path, _lines_of(where), "too_deep", None, _TOO_DEEP, tally)
-            return
-        if not self.seen_content.add(content[:16]):
-            tally.duplicates += 1
-            return
-        conv_id = _conversation_id(conv, content)
-        if not self.seen_ids.add(_id_digest(conv_id)):
-            self._reject_lines(source.path, _lines_of(where), "duplicate_id", "id", _duplicate_id(conv_id), tally)
-            return
-        row = _row(conv, conv_id, where, messages, tools, metadata)
-        if self.redact:
-            self.redactions.update(redact_conversation(row))
-        self.transcripts.write(row)
-        tally.written += 1
+        """One conversation the ingestor yielded: prepared as a worker prepares it, then kept or rejected."""
+        item, row = prepare_conversation(conv, source, who, self.redact)
+        self.prepared(item, source.path, tally, row)
 
-    def prepared(self, item: "Prepared", path: str, tally: _Tally, rows: memoryview) -> None:
-        """`conversation`'s work on a conversation a worker prepared (`prepare_conversation`): what needs the
-        whole run's state. `rows`: its transcript line."""
+    def prepared(self, item: "Prepared", path: str, tally: _Tally, rows: bytes | memoryview) -> None:
+        """What needs the whole run's state, for a conversation `prepare_conversation` prepared (here or in a
+        worker): counts, duplicate and id checks, writing. `rows`: its transcript line."""
         self._count(tally, item.lines_read, item.call_log)
         if item.digests is None:
             self._reject_lines(path, item.lines, "too_deep", None, _TOO_DEEP, tally)
