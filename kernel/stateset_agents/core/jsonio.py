@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 import orjson
 
@@ -65,9 +65,7 @@ def open_maybe_gz(path: str | os.PathLike) -> IO[bytes]:
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes]]:
     """(line number from 1, raw line without newline) for a .jsonl or .jsonl.gz file; blank lines skipped."""
     with open_maybe_gz(path) as f:
-        for number, raw in enumerate(f, start=1):
-            if not raw.isspace():  # a blank line is all whitespace (a line read is never empty)
-                yield number, raw.rstrip(b"\r\n")
+        yield from _numbered(f, 1)
 
 
 def iter_lines_from(path: str | os.PathLike, offset: int, first_line: int) -> Iterator[tuple[int, bytes]]:
@@ -75,19 +73,20 @@ def iter_lines_from(path: str | os.PathLike, offset: int, first_line: int) -> It
     read from its start, the lines before skipped)."""
     with open_maybe_gz(path) as f:
         if isinstance(f, gzip.GzipFile):
-            rest: Iterator[bytes] = itertools.islice(f, first_line - 1, None)
+            yield from _numbered(itertools.islice(f, first_line - 1, None), first_line)
         else:
             f.seek(offset)
-            rest = f
-        for number, raw in enumerate(rest, start=first_line):
-            if not raw.isspace():
-                yield number, raw.rstrip(b"\r\n")
+            yield from _numbered(f, first_line)
 
 
 def iter_block_lines(block: bytes, first_line: int) -> Iterator[tuple[int, bytes]]:
     """`iter_lines` over `block`, whole lines of a file the first of which is line `first_line`."""
-    for number, raw in enumerate(io.BytesIO(block), start=first_line):
-        if not raw.isspace():
+    return _numbered(io.BytesIO(block), first_line)
+
+
+def _numbered(lines: Iterable[bytes], first_line: int) -> Iterator[tuple[int, bytes]]:
+    for number, raw in enumerate(lines, start=first_line):
+        if not raw.isspace():  # a blank line is all whitespace (a line read is never empty)
             yield number, raw.rstrip(b"\r\n")
 
 
