@@ -16,12 +16,15 @@ import torch
 
 from .batch import Batch, Generation, IntegrityError
 from .memory import apply_gradient_checkpointing, release_freed_memory
-
-
-# The forward-pass work (repeated prompt tokens x parameters) a shared prompt prefill must save before it is used:
-# below it the extra forward call costs more than it saves (a tiny model is all per-call overhead; an accelerator
-# computes a few repeated prompts in less time than the extra call's kernel launches take).
-SHARED_PREFILL_MIN_WORK = {"cpu": 2e8, "accelerator": 5e11}
+from .scoring import (  # noqa: F401  (re-exported: the backend's callers and tests name them here)
+    COMMON_PREFIX_MIN_TOKENS,
+    SHARED_PREFILL_MIN_WORK,
+    common_prefix_length,
+    completion_logprobs,
+    prefix_cache,
+    prefix_layout,
+    repeated_prompts,
+)
 
 LossFn = Callable[[torch.Tensor, Batch], "tuple[torch.Tensor, dict[str, float]]"]
 
@@ -52,108 +55,8 @@ class Backend(Protocol):
     def load_training_state(self, state: dict[str, Any]) -> None: ...
 
 
-def completion_logprobs(model, batch: Batch, temperature: float, *, hidden: bool = False,
-                        prompt_gradient: bool = True):
-    """log pi(token) at the completion positions only: [N, C] (and, with ``hidden``, the last layer's hidden
-    state at the positions that predict them: [N, C, H], the state a value head reads).
-
-    Only the last C + 1 positions' logits are computed (``logits_to_keep``), and the per-token value is
-    gather(logits) - logsumexp(logits), so no full-vocabulary log-softmax tensor outlives this call.
-
-    ``prompt_gradient=False`` (the config's ``prompt_gradient``) computes the prompt's keys and values without
-    gradient, once per distinct prompt, and runs only the completion region with gradient on top of them: the
-    log-probs are the same (up to float rounding), the gradient leaves out what flows through the prompt's keys
-    and values. A support prompt is ~600 tokens and a completion ~40, so an update costs a fraction of the time
-    and memory (activations are kept for the completion only).
-    """
-    width = batch.completion_width
-    if not prompt_gradient and batch.prompt_width > 1:
-        out = _on_detached_prompt(model, batch, hidden)
-    else:
-        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                    logits_to_keep=width + 1, use_cache=False, output_hidden_states=hidden)
-    logits = out.logits[:, :-1, :].float()
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
-    targets = batch.completion_ids.unsqueeze(-1)
-    logp = logits.gather(-1, targets).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    if not hidden:
-        return logp
-    return logp, out.hidden_states[-1][:, -(width + 1):-1, :]
-
-
-#: A prefix every prompt of a batch shares (a system prompt and the tool declarations) is computed once when it is
-#: at least this long: below it the extra forward call costs more than it saves.
-COMMON_PREFIX_MIN_TOKENS = 32
 #: Rows one `generate` call answers on a CPU (a GRPO batch fits in one; an evaluation of 40 cases takes three).
 GENERATE_ROWS_CPU = 16
-
-
-def common_prefix_length(prompts: list[list[int]]) -> int:
-    """Tokens every prompt starts with, leaving each prompt at least one token of its own."""
-    limit = min(len(p) for p in prompts) - 1
-    first = prompts[0]
-    for n in range(max(limit, 0)):
-        if any(p[n] != first[n] for p in prompts[1:]):
-            return n
-    return max(limit, 0)
-
-
-def prefix_layout(prompts: list[list[int]], prefix: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows ``[shared prefix | padding | the rest of the prompt]``: the prefix's columns are alike in every row, so
-    its keys and values are computed once. Position ids from the mask (cumsum - 1) are the left-padded layout's."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, :prefix] = torch.tensor(p[:prefix], dtype=torch.long)
-        attn[i, :prefix] = 1
-        rest = p[prefix:]
-        ids[i, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
-        attn[i, width - len(rest):] = 1
-    return ids, attn
-
-
-def prefix_cache(model, prefix_ids: torch.Tensor, rows: int):
-    """The keys and values of one prefix, computed once without gradient and repeated to `rows` rows."""
-    with torch.no_grad():
-        out = model(input_ids=prefix_ids[None, :], use_cache=True, logits_to_keep=1)
-    cache = out.cache
-    cache.batch_select_indices(torch.zeros(rows, dtype=torch.long, device=prefix_ids.device))
-    return cache
-
-
-def _on_detached_prompt(model, batch: Batch, hidden: bool):
-    """The forward pass of the last C + 1 positions on a gradient-free cache of the prompt before them; the part
-    all prompts share is computed once."""
-    cut = batch.prompt_width - 1  # the last prompt token predicts the first completion token: it runs with grad
-    ids, attn = batch.input_ids, batch.attention_mask
-    prompts = [row[mask > 0].tolist() for row, mask in zip(ids[:, :cut], attn[:, :cut])]
-    n = len(prompts)
-    if all(p == prompts[0] for p in prompts):
-        shared = len(prompts[0])  # one prompt (a GRPO group): all of it is shared
-    else:
-        shared = common_prefix_length(prompts)
-        shared = shared if shared >= COMMON_PREFIX_MIN_TOKENS else 0
-    # the pad id is never attended to (mask 0), any id does
-    head_ids, head_attn = prefix_layout(prompts, shared, 0) if shared else (ids[:, :cut], attn[:, :cut])
-    head_ids, head_attn = head_ids.to(ids.device), head_attn.to(ids.device)
-    full_attn = torch.cat([head_attn, attn[:, cut:]], dim=1)
-    positions = (full_attn.cumsum(-1) - 1).clamp(min=0)
-    if shared:
-        cache = prefix_cache(model, head_ids[0, :shared], n)
-    else:
-        cache = None
-    # the prompt's columns in this layout: fewer than `cut` when even the longest of these rows' prompts is shorter
-    # than the batch's (rows of a batch taken apart: `update_rows`)
-    head = head_ids.shape[1]
-    if head > shared:
-        with torch.no_grad():
-            out = model(input_ids=head_ids[:, shared:], attention_mask=full_attn[:, :head],
-                        position_ids=positions[:, shared:head], cache=cache, use_cache=True, logits_to_keep=1)
-        cache = out.cache
-    return model(input_ids=ids[:, cut:], attention_mask=full_attn, position_ids=positions[:, head:], cache=cache,
-                 use_cache=True, output_hidden_states=hidden)
 
 
 class _LogpRecorder:
