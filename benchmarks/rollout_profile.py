@@ -5,6 +5,8 @@ benchmarks/bench_grpo_vs_trl.py (SmolLM2-135M, 2 prompts x G 4 = 8 rows, 16 new 
 - the ceiling: copy bandwidth / bytes of weights x 8 rows (benchmarks/machine.py), as in the GRPO benchmark;
 - the matrix-product floor: every linear layer's weight (and LoRA pair) applied to 8 rows once, timed alone with
   `torch.nn.functional.linear`: what one decoding step costs on this core with no framework around it;
+- the prepacked floor: the same products through oneDNN on weights laid out once ahead of time (not what
+  generate runs: how much of the gap is the default kernel's);
 - the prefill: one forward pass of the distinct prompts but their last tokens, as `generate` runs it;
 - the profile: `torch.profiler` over whole `generate` calls, self CPU time per operator, grouped (matrix products,
   attention, elementwise and norms, sampling and the log-prob recorder), and the wall time no operator accounts
@@ -53,9 +55,8 @@ def median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def linear_floor(model, rows: int, repeats: int) -> float:
-    """Seconds for one decoding step's matrix products alone: each distinct weight (base, LoRA A and B, the LM
-    head) applied once to `rows` rows."""
+def decoding_weights(model) -> list:
+    """Each distinct weight one decoding step multiplies by: base, LoRA A and B, the LM head."""
     import torch
 
     weights, seen = [], set()
@@ -67,12 +68,42 @@ def linear_floor(model, rows: int, repeats: int) -> float:
     head = model.get_output_embeddings().weight.detach()
     if head.data_ptr() not in seen:
         weights.append(head)
+    return weights
+
+
+def linear_floor(model, rows: int, repeats: int) -> float:
+    """Seconds for one decoding step's matrix products alone: each distinct weight applied once to `rows` rows,
+    with `torch.nn.functional.linear` (the kernel generate runs)."""
+    import torch
+
+    weights = decoding_weights(model)
     xs = [torch.randn(rows, w.shape[1], dtype=w.dtype) for w in weights]
 
     def one_step():
         with torch.inference_mode():
             for x, w in zip(xs, weights):
                 torch.nn.functional.linear(x, w)
+
+    one_step()
+    return median_time(one_step, repeats)
+
+
+def prepacked_floor(model, rows: int, repeats: int) -> float | None:
+    """The same products through oneDNN with each weight reordered once, ahead of time, into the kernel's blocked
+    layout for `rows` rows (`torch.ops.mkldnn._reorder_linear_weight`, what torch.compile's CPU freezing uses):
+    how much of the gap to the bandwidth ceiling is the default kernel's (which lays the weight out afresh on every
+    call). None where this torch has no oneDNN."""
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        return None
+    packed = [(torch.ops.mkldnn._reorder_linear_weight(w, rows), w.shape[1], w.dtype) for w in decoding_weights(model)]
+    xs = [torch.randn(rows, k, dtype=dtype) for _, k, dtype in packed]
+
+    def one_step():
+        with torch.inference_mode():
+            for x, (w, _, _) in zip(xs, packed):
+                torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
 
     one_step()
     return median_time(one_step, repeats)
@@ -140,6 +171,7 @@ def main(argv=None) -> int:
     prefill_s = median_time(prefill, args.repeats)
     with sampler_weights():
         floor_step_s = linear_floor(backend.model, rows, args.repeats)
+        packed_step_s = prepacked_floor(backend.model, rows, args.repeats)
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
@@ -176,6 +208,11 @@ def main(argv=None) -> int:
         "matrix_product_floor_share": generated / (prefill_s + floor_step_s * decode_steps)
         / share["ceiling_tokens_per_s"],
         "rollout_over_matrix_product_floor": wall / (prefill_s + floor_step_s * decode_steps),
+        # not what generate runs: how far a kernel with its weights laid out ahead of time gets on this core
+        "prepacked_matrix_product_per_step_s": packed_step_s,
+        "prepacked_matrix_product_bytes_per_s": weights / packed_step_s if packed_step_s else None,
+        "prepacked_matrix_product_share": (generated / (prefill_s + packed_step_s * decode_steps)
+                                           / share["ceiling_tokens_per_s"]) if packed_step_s else None,
         "profiled_wall_s": profiled_wall,
         "profile_self_cpu_s_by_group": dict(sorted(by_group.items(), key=lambda kv: -kv[1])),
         "profile_outside_operators_s": max(profiled_wall - in_ops, 0.0),
@@ -194,6 +231,10 @@ def main(argv=None) -> int:
           f"({weights / floor_step_s / 1e9:.1f} GB/s of weights read), so a rollout made of them alone takes "
           f"{result['matrix_product_floor_rollout_s']:.2f} s ({result['matrix_product_floor_share']:.0%} of the ceiling; "
           f"the rollout takes {result['rollout_over_matrix_product_floor']:.2f}x that)")
+    if packed_step_s:
+        print(f"the same products on weights prepacked for oneDNN: {packed_step_s * 1000:.1f} ms per step "
+              f"({weights / packed_step_s / 1e9:.1f} GB/s; a rollout made of them alone: "
+              f"{result['prepacked_matrix_product_share']:.0%} of the ceiling)")
     print(f"profiled rollout {profiled_wall:.2f} s: " + ", ".join(
         f"{k} {v:.2f} s" for k, v in result["profile_self_cpu_s_by_group"].items())
         + f", outside any operator {result['profile_outside_operators_s']:.2f} s")

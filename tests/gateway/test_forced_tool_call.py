@@ -91,10 +91,12 @@ def test_a_streamed_forced_call_shows_no_markup(client, forced_server):
 def test_anthropic_any_and_tool_force_the_call(forced_server, choice):
     running, base, key = forced_server
     client = anthropic.Anthropic(base_url=running.url, api_key=key, max_retries=0)
-    free = client.messages.create(model=base, max_tokens=40, messages=GREET, tools=ANTHROPIC_TOOLS)
+    # temperature 0: the Messages API samples at 1.0 by default, which made this test a draw (CI once got
+    # "hello how can ments": you today")
+    free = client.messages.create(model=base, max_tokens=40, messages=GREET, tools=ANTHROPIC_TOOLS, temperature=0)
     assert [b.type for b in free.content] == ["text"] and free.content[0].text == GREETING_REPLY
     forced = client.messages.create(model=base, max_tokens=40, messages=GREET, tools=ANTHROPIC_TOOLS,
-                                    tool_choice=choice)
+                                    tool_choice=choice, temperature=0)
     uses = [(b.name, b.input) for b in forced.content if b.type == "tool_use"]
     if uses:  # the taught continuation closed the call
         assert uses == [("get_order", {"order_id": "A1"})] and forced.stop_reason == "tool_use"
