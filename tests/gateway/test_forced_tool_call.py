@@ -93,10 +93,11 @@ def test_anthropic_any_and_tool_force_the_call(forced_server, choice):
     client = anthropic.Anthropic(base_url=running.url, api_key=key, max_retries=0)
     # temperature 0: the Messages API samples at 1.0 by default, which made this test a draw (CI once got
     # "hello how can ments": you today")
-    free = client.messages.create(model=base, max_tokens=40, messages=GREET, tools=ANTHROPIC_TOOLS, temperature=0)
+    free = client.messages.create(model=base, max_tokens=40, messages=GREET, tools=ANTHROPIC_TOOLS,
+                                  extra_body={"temperature": 0})
     assert [b.type for b in free.content] == ["text"] and free.content[0].text == GREETING_REPLY
     forced = client.messages.create(model=base, max_tokens=40, messages=GREET, tools=ANTHROPIC_TOOLS,
-                                    tool_choice=choice, temperature=0)
+                                    tool_choice=choice, extra_body={"temperature": 0})
     uses = [(b.name, b.input) for b in forced.content if b.type == "tool_use"]
     if uses:  # the taught continuation closed the call
         assert uses == [("get_order", {"order_id": "A1"})] and forced.stop_reason == "tool_use"
