@@ -74,10 +74,10 @@ def run_ingest(format: str, inputs: str | os.PathLike, output: str | os.PathLike
         from .grading_engines import useful_workers
 
         workers = useful_workers(workers, files, chunk_bytes)  # no more processes than the inputs have chunks
-    if workers > 1 and runtime == "inprocess" and sum(os.path.getsize(f) for f in files) > chunk_bytes:
-        from .ingest_parallel import start_pool
+        if workers > 1 and sum(os.path.getsize(f) for f in files) > chunk_bytes:
+            from .ingest_parallel import start_pool
 
-        pool = start_pool(workers)
+            pool = start_pool(workers)
     with contextlib.ExitStack() as stack:
         if pool is not None:
             stack.callback(pool.close)

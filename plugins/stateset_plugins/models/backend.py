@@ -24,6 +24,7 @@ from .scoring import (  # noqa: F401  (re-exported: the backend's callers and te
     prefix_cache,
     prefix_layout,
     repeated_prompts,
+    saves_enough,
 )
 
 LossFn = Callable[[torch.Tensor, Batch], "tuple[torch.Tensor, dict[str, float]]"]
@@ -374,8 +375,7 @@ class LocalTorchBackend:
         first: dict[tuple[int, ...], int] = {}
         rows = [first.setdefault(tuple(p), i) for i, p in enumerate(prompts)]
         saved = (len(prompts) - len(first)) * (width - 1)
-        floor = SHARED_PREFILL_MIN_WORK["cpu" if ids.device.type == "cpu" else "accelerator"]
-        if width < 2 or saved == 0 or saved * self._num_params < floor:
+        if width < 2 or not saves_enough(saved, self._num_params, ids.device):
             return None
         uniq = sorted(first.values())
         where = {r: k for k, r in enumerate(uniq)}

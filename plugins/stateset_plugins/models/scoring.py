@@ -17,6 +17,12 @@ from .batch import Batch
 SHARED_PREFILL_MIN_WORK = {"cpu": 2e8, "accelerator": 5e11}
 
 
+def saves_enough(saved_tokens: int, parameters: int, device: torch.device) -> bool:
+    """Whether computing `saved_tokens` fewer prompt positions pays for the extra forward call sharing costs."""
+    floor = SHARED_PREFILL_MIN_WORK["cpu" if device.type == "cpu" else "accelerator"]
+    return saved_tokens > 0 and saved_tokens * parameters >= floor
+
+
 def completion_logprobs(model, batch: Batch, temperature: float, *, hidden: bool = False,
                         prompt_gradient: bool = True, share_prompts: bool = True):
     """log pi(token) at the completion positions only: [N, C] (and, with ``hidden``, the last layer's hidden
@@ -141,8 +147,7 @@ def repeated_prompts(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor] |
     heads = torch.cat([batch.input_ids[:, :cut], batch.attention_mask[:, :cut]], dim=1)
     distinct, index = torch.unique(heads, dim=0, return_inverse=True)
     saved = (rows - distinct.shape[0]) * cut
-    floor = SHARED_PREFILL_MIN_WORK["cpu" if heads.device.type == "cpu" else "accelerator"]
-    if saved == 0 or saved * sum(p.numel() for p in model.parameters()) < floor:
+    if not saves_enough(saved, sum(p.numel() for p in model.parameters()), heads.device):
         return None
     return distinct, index
 
