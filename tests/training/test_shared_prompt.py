@@ -88,9 +88,39 @@ def test_distinct_prompts_and_small_savings_take_the_plain_path(tiny):
     assert backend_module.repeated_prompts(backend.model, batch) is None  # the tiny model saves too little
 
 
-def test_gradient_checkpointing_keeps_the_plain_update(tiny, no_work_floor):
-    backend, batch, _, _ = rollout_batch(*tiny, "grpo", n_prompts=2, g=4, gradient_checkpointing=True)
-    assert backend.gradient_checkpointing
-    assert backend_module.repeated_prompts(backend.model, batch) is None  # with gradient: the cache is dropped
-    with torch.no_grad():
-        assert backend_module.repeated_prompts(backend.model, batch) is not None  # scoring still shares
+def test_under_gradient_checkpointing_the_shared_prompt_gives_the_same_log_probs_and_gradient(tiny_model_dir,
+                                                                                              no_work_floor):
+    """Checkpointed layers run again in backward: the head's and the completion's caches must give that replay
+    what the first pass saw (a cache that grew again, or one dropped, fails this)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    def fresh():  # the same weights twice: one model is wrapped with an adapter once
+        return AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
+
+    plain = rollout_batch(*fresh(), "grpo", n_prompts=2, g=4)
+    checkpointed = rollout_batch(*fresh(), "grpo", n_prompts=2, g=4, gradient_checkpointing=True)
+    assert checkpointed[0].gradient_checkpointing and not plain[0].gradient_checkpointing
+    results = []
+    for backend, batch, cfg, obj in (plain, checkpointed):
+        batch.advantages = torch.linspace(-1.0, 1.0, len(batch.sample_ids))
+        with torch.no_grad():
+            batch.ref_logp = completion_logprobs(backend.model, batch, 1.0, share_prompts=False)
+        loss_fn = lambda new, b, obj=obj, cfg=cfg: obj.loss(new, b, cfg)  # noqa: E731
+        _gradient(backend, batch, loss_fn, share=False)
+        backend.optimizer_step()  # the adapter is not zero after a step: the prompt's gradient shows
+        counts, hook = _tokens_forwarded(backend.model)
+        try:
+            shared = _gradient(backend, batch, loss_fn, share=True)
+        finally:
+            hook.remove()
+        results.append((shared, _gradient(backend, batch, loss_fn, share=False), counts))
+    (plain_shared, plain_full, _), (ckpt_shared, ckpt_full, ckpt_counts) = results
+    rows, cut = checkpointed[1].input_ids.shape[0], checkpointed[1].prompt_width - 1
+    width = checkpointed[1].input_ids.shape[1]
+    assert sum(ckpt_counts) == 2 * cut + rows * (width - cut)  # two prompt heads, then the rows' completions
+    m = checkpointed[1].completion_mask > 0
+    norm = max(float(g.abs().max()) for g in ckpt_full[1])
+    assert norm > 0
+    for logp, grad in (ckpt_shared, plain_shared, plain_full):
+        assert (logp[m] - ckpt_full[0][m]).abs().max() < 1e-5
+        assert max(float((a - b).abs().max()) for a, b in zip(grad, ckpt_full[1])) <= 1e-5 * norm

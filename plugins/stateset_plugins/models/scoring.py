@@ -7,7 +7,10 @@ work is computed once and its keys and values repeated to the rows, with gradien
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from .batch import Batch
 
@@ -135,14 +138,10 @@ def _on_detached_prompt(model, batch: Batch, hidden: bool):
 def repeated_prompts(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(the distinct prompt heads as ``[ids | mask]`` rows, each row's index among them) when rows repeat a prompt
     and computing each once saves enough work; else None. The head is the prompt but its last token (which
-    predicts the first completion token, so it runs with the completion).
-
-    Not under gradient checkpointing with gradient on: checkpointed layers drop the cache the completion reads."""
+    predicts the first completion token, so it runs with the completion)."""
     cut = batch.prompt_width - 1
     rows = batch.input_ids.shape[0]
-    if cut < 1 or rows < 2:
-        return None
-    if torch.is_grad_enabled() and model.training and _checkpointing(model):
+    if cut < 1 or rows < 2 or _layer_count(model) is None:
         return None
     heads = torch.cat([batch.input_ids[:, :cut], batch.attention_mask[:, :cut]], dim=1)
     distinct, index = torch.unique(heads, dim=0, return_inverse=True)
@@ -152,26 +151,66 @@ def repeated_prompts(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor] |
     return distinct, index
 
 
-def _checkpointing(model) -> bool:
-    """Whether transformers checkpoints this model's layers (the property's name changed in transformers 5)."""
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        try:
-            return bool(getattr(model, name))
-        except AttributeError:
-            continue
-    return False
+def _layer_count(model) -> int | None:
+    """The model's cache layers when each is a plain growing one (full attention): the layers `_on_shared_prompt`
+    stands in for; None for any other kind (sliding windows, linear attention), which it leaves alone."""
+    layers = DynamicCache(config=model.config).layers
+    return len(layers) if layers and all(type(layer) is DynamicLayer for layer in layers) else None
+
+
+class _HeadLayer(DynamicLayer):
+    """A head's cache layer: keeps the keys and values first written to it, and hands each call back just its own
+    (the head has no past). Under gradient checkpointing the layer runs again in backward and writes again; that
+    write changes nothing, so the replay computes what the first pass did."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+            self.keys, self.values = key_states, value_states
+        return key_states, value_states
+
+
+class _PrefixLayer(DynamicLayer):
+    """A fixed prefix's keys and values: each call gets them with its own states appended, and nothing is kept, so
+    a checkpointed layer's replay in backward reads exactly what its first pass read."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        self.keys, self.values = keys, values
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        return torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+
+
+@contextmanager
+def _cache_through_checkpoints(model):
+    """Let checkpointed decoder layers keep the cache they are given (transformers drops it, as a cache that grows
+    would grow again in the replay; `_HeadLayer` and `_PrefixLayer` do not). The choice is made when a layer runs,
+    so its replay in backward keeps it too."""
+    layers = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False)
+              and hasattr(m, "_can_checkpoint_with_cache")]
+    for layer in layers:
+        layer._can_checkpoint_with_cache = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer._can_checkpoint_with_cache  # the class's own value again
 
 
 def _on_shared_prompt(model, batch: Batch, hidden: bool, distinct: torch.Tensor, index: torch.Tensor):
     """The forward pass of the last C + 1 positions on a cache of each distinct prompt head, computed once (with
     gradient, if on) and repeated to the rows that share it: indexing is differentiable, so each head's gradient is
-    the sum of its rows', as the full batch's would be."""
+    the sum of its rows', as the full batch's would be. Works under gradient checkpointing too (the caches'
+    layers give a layer's replay in backward what its first pass saw)."""
     cut = batch.prompt_width - 1
     head_ids, head_attn = distinct[:, :cut], distinct[:, cut:]
-    positions = batch.position_ids
-    head = model(input_ids=head_ids, attention_mask=head_attn, position_ids=(head_attn.cumsum(-1) - 1).clamp(min=0),
-                 use_cache=True, logits_to_keep=1)
-    cache = head.cache
-    cache.batch_select_indices(index)
-    return model(input_ids=batch.input_ids[:, cut:], attention_mask=batch.attention_mask,
-                 position_ids=positions[:, cut:], cache=cache, use_cache=True, output_hidden_states=hidden)
+    head_cache = Cache(layers=[_HeadLayer() for _ in range(_layer_count(model))])
+    with _cache_through_checkpoints(model):
+        model(input_ids=head_ids, attention_mask=head_attn, position_ids=(head_attn.cumsum(-1) - 1).clamp(min=0),
+              cache=head_cache, use_cache=True, logits_to_keep=1)
+        cache = Cache(layers=[_PrefixLayer(layer.keys[index], layer.values[index]) for layer in head_cache.layers])
+        return model(input_ids=batch.input_ids[:, cut:], attention_mask=batch.attention_mask,
+                     position_ids=batch.position_ids[:, cut:], cache=cache, use_cache=True,
+                     output_hidden_states=hidden)
