@@ -73,6 +73,31 @@ def tokenise(text: str) -> tuple[list[str], list[str]]:
     return tokens, (" ".join(tokens).lower().split(" ") if tokens else [])
 
 
+class DigitTemplate:
+    """A text's `tokenise` tokens, to tokenise cheaply the texts that differ from it only in which ASCII digits they
+    have (the same length, every other character the same): a digit is a word character like any other, so the token
+    boundaries are the same and only the tokens holding digits are sliced from the other text. (Lower-casing never
+    looks past the space between two tokens, so a token lower-cased alone is lower-cased as in `tokenise`.)"""
+
+    __slots__ = ("cased", "lowered", "digit_spans")
+
+    def __init__(self, text: str):
+        self.cased, self.lowered = tokenise(text)
+        self.digit_spans = [(index, match.start(), match.end()) for index, match in enumerate(_TOKEN.finditer(text))
+                            if _ASCII_DIGIT.search(match.group())]
+
+    def tokenise(self, text: str) -> tuple[list[str], list[str]]:
+        """`tokenise(text)` for a text that differs from the template's only in its ASCII digits."""
+        cased, lowered = self.cased.copy(), self.lowered.copy()
+        for index, start, end in self.digit_spans:
+            token = cased[index] = text[start:end]
+            lowered[index] = token.lower()
+        return cased, lowered
+
+
+_ASCII_DIGIT = re.compile(r"[0-9]")
+
+
 #: Share of a reply's words in a forbidden word-order pair at which the word-order score reaches 0.
 WORD_ORDER_ZERO_RATE = 0.2
 #: Share of repeated word trigrams a reply may have (lists repeat their frame) before it counts as looping.
@@ -129,12 +154,18 @@ def known_word(word: str) -> bool:
 
 class TextShape:
     """The fluency scores of one text, from its `tokenise` tokens (and the number of distinct lower-case token
-    trigrams, which the reward keeps for its repeated-reply check)."""
+    trigrams, which the reward keeps for its repeated-reply check).
 
-    __slots__ = ("word_order", "repetition", "vocabulary", "complete")
+    `like`: the shape of a text that differs from this one only in which ASCII digits it has, where a caller has
+    one (replies that differ in an amount or an id). A digit is a word character that is no function word and no
+    word to judge, so word order, completeness and the unknown words carry over; only the counts of distinct
+    tokens and trigrams are this text's own."""
+
+    __slots__ = ("word_order", "repetition", "vocabulary", "complete", "unknown")
 
     def __init__(self, text: str, tokens: list[str] | None = None, lowered: list[str] | None = None,
-                 distinct_trigrams: int | None = None, lowered_set: frozenset[str] | None = None):
+                 distinct_trigrams: int | None = None, lowered_set: frozenset[str] | None = None,
+                 like: "TextShape | None" = None):
         if tokens is None or lowered is None:
             tokens, lowered = tokenise(text)
             lowered_set = None
@@ -142,14 +173,25 @@ class TextShape:
             lowered_set = frozenset(lowered)
         if distinct_trigrams is None:
             distinct_trigrams = len(set(zip(lowered, lowered[1:], lowered[2:])))
-        shape = "".join(map(_CLASS.get, tokens, repeat("w", len(tokens))))
-        words = len(shape) - shape.count(".") - shape.count(",") - shape.count(":")
-        violations = len(_GRAMMAR.findall(shape)) if words > 1 else 0
-        self.word_order = max(0.0, 1.0 - violations / (WORD_ORDER_ZERO_RATE * words)) if words else 1.0
         self.repetition = _repetition(len(lowered), distinct_trigrams)
-        # the words written in lower case: a token equal to its own lower-cased form
-        self.vocabulary = _vocabulary((set(tokens) & lowered_set) - _NOT_JUDGED)
-        self.complete = _completeness(text, shape)
+        lower_words = None
+        if like is None:
+            shape = "".join(map(_CLASS.get, tokens, repeat("w", len(tokens))))
+            words = len(shape) - shape.count(".") - shape.count(",") - shape.count(":")
+            violations = len(_GRAMMAR.findall(shape)) if words > 1 else 0
+            self.word_order = max(0.0, 1.0 - violations / (WORD_ORDER_ZERO_RATE * words)) if words else 1.0
+            self.complete = _completeness(text, shape)
+            # the words written in lower case: a token equal to its own lower-cased form
+            lower_words = (set(tokens) & lowered_set) - _NOT_JUDGED
+            self.unknown = _unknown_words(lower_words)
+        else:
+            self.word_order, self.complete, self.unknown = like.word_order, like.complete, like.unknown
+        if not self.unknown:
+            self.vocabulary = 1.0
+        else:
+            if lower_words is None:
+                lower_words = (set(tokens) & lowered_set) - _NOT_JUDGED
+            self.vocabulary = _vocabulary(self.unknown, len(lower_words))
 
 
 def _repetition(count: int, distinct_trigrams: int) -> float:
@@ -163,16 +205,18 @@ def _repetition(count: int, distinct_trigrams: int) -> float:
     return max(0.0, 1.0 - (repeated - NGRAM_REPEAT_ALLOWANCE) / (1.0 - NGRAM_REPEAT_ALLOWANCE))
 
 
-def _vocabulary(lower_words: set[str]) -> float:
-    """Share of distinct lower-case words (three letters or more) that are no English word, past an allowance."""
+def _unknown_words(lower_words: set[str]) -> int:
+    """How many of the distinct lower-case words (three letters or more) are no English word."""
     if not lower_words:
-        return 1.0
+        return 0
     if not _KNOWN_FORMS:
         known_word("the")  # loads the list
-    unknown = sum(1 for w in lower_words - _KNOWN_FORMS if len(w) >= 3 and w.isalpha() and not known_word(w))
-    if not unknown:
-        return 1.0
-    return max(0.0, 1.0 - 4.0 * max(0.0, unknown / len(lower_words) - UNKNOWN_WORD_ALLOWANCE))
+    return sum(1 for w in lower_words - _KNOWN_FORMS if len(w) >= 3 and w.isalpha() and not known_word(w))
+
+
+def _vocabulary(unknown: int, distinct: int) -> float:
+    """From the share of distinct lower-case words that are no English word, past an allowance."""
+    return max(0.0, 1.0 - 4.0 * max(0.0, unknown / distinct - UNKNOWN_WORD_ALLOWANCE))
 
 
 def _completeness(text: str, shape: str) -> float:

@@ -91,7 +91,9 @@ def is_error_result(text: str) -> bool:
     stripped = text.lstrip()
     if _ERROR_WORD.match(stripped):
         return True
-    return stripped.startswith("{") and is_error_data(parse_json_maybe(stripped))
+    # An "error" key is written as those letters unless escaped: text with neither needs no parse.
+    return stripped.startswith("{") and ("error" in stripped or "\\" in stripped) \
+        and is_error_data(parse_json_maybe(stripped))
 
 
 def is_error_data(data: Any) -> bool:

@@ -18,7 +18,7 @@ from stateset_agents import Reward, TurnGrade
 from stateset_agents.plugin_api.text import message_text
 
 from ._grounding import GroundingIndex, mentioned_values
-from ._language import TextShape, stems, tokenise
+from ._language import DigitTemplate, TextShape, stems, tokenise
 from ._text import AFFIRM, NEGATE, Phrases, affirmed, last_message, tool_calls
 from ._tools import call_outcome, declared_tools, tool_kind
 
@@ -100,6 +100,19 @@ class CustomerSupportReward(Reward):
         self.phrases = {key: tuple(self.config.get(key, default)) for key, default in DEFAULT_PHRASES.items()}
         self._phrases = {key: Phrases(phrases) for key, phrases in self.phrases.items()}
         self._texts: dict[str, _Text] = {}  # distinct texts read so far, with what this reward decided from them
+        # What a text's words say, per wording (`_wording`): replies, users' requests and users' go-aheads.
+        self._replies: dict[bytes | str, _Reply] = {}
+        self._user_reads: dict[bytes | str, tuple[bool, bool]] = {}
+        self._affirmations: dict[bytes | str, bool] = {}
+        # No phrase matches a digit, and a digit is a word character like any other: texts that differ only in their
+        # digits ("refund of $149.00 (reference RF-438995)") say the same. A configured phrase with a digit in it
+        # ("24/7") breaks that, and then each text is its own wording.
+        self._digit_blind = not any(_DIGIT.search(p) for phrases in self.phrases.values() for p in phrases)
+
+    def _wording(self, text: str) -> bytes | str:
+        """The key under which a text's phrase readings are kept: the text with every ASCII digit made 0 (in UTF-8,
+        where a byte below 128 is always that character, and surrogates kept)."""
+        return text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS) if self._digit_blind else text
 
     def _says(self, text: str, key: str, words: frozenset[str] | None = None) -> bool:
         return self._phrases[key].search(text, words)
@@ -119,15 +132,16 @@ class CustomerSupportReward(Reward):
         kinds = [seen.kind(c["name"]) for c in calls]
         handoff_call = "handoff" in kinds
         writes = "write" in kinds
+        if facts.blank:
+            if writes:
+                return self._grade_write(seen, turn_index, calls)
+            if not handoff_call:
+                if not calls:  # the agent's turn says nothing and does nothing: an empty reply
+                    return TurnGrade(score=0.0, breakdown={"complete": 0.0}, reason="empty reply")
+                return TurnGrade.not_applicable("no reply to the user and no hand-off in this turn")
+
         user = seen.last_user(turn_index)
         user_facts = seen.facts(user) if user is not None else _NO_TEXT
-        if writes and facts.blank:
-            return self._grade_write(seen, turn_index, calls, user, user_facts)
-        if facts.blank and not handoff_call:
-            if not calls:  # the agent's turn says nothing and does nothing: an empty reply
-                return TurnGrade(score=0.0, breakdown={"complete": 0.0}, reason="empty reply")
-            return TurnGrade.not_applicable("no reply to the user and no hand-off in this turn")
-
         reply = facts.reply if facts.reply is not None else self._read_reply(facts)
         wants_human, corrects = user_facts.user if user_facts.user is not None else self._read_user(user_facts)
         checks: dict[str, float] = {"safety": 0.0 if reply.unsafe else 1.0, "tone": reply.tone}
@@ -147,10 +161,10 @@ class CustomerSupportReward(Reward):
         if not facts.blank:
             checks["resolution"] = reply.resolution
             checks["claims"] = self._claims(seen, turn_index, user, reply, writes)
-            if reply.values:
+            if facts.values:
                 # Facts (amounts, dates, ids, names) must come from the user, a tool result or the system prompt.
-                checks["grounding"], invented = seen.grounding.credit(reply.values, turn_index)
-            shape = reply.shape
+                checks["grounding"], invented = seen.grounding.credit(facts.values, turn_index)
+            shape = facts.shape
             checks["word_order"] = shape.word_order
             checks["repetition"] = shape.repetition
             checks["vocabulary"] = shape.vocabulary
@@ -158,7 +172,7 @@ class CustomerSupportReward(Reward):
 
         if corrects:
             checks["on_track"] = 0.0  # the user had to correct the agent: the conversation went off track
-        elif seen.repeats_earlier_reply(turn_index):
+        elif seen.repeats_earlier_reply(turn_index, facts):
             checks["on_track"] = 0.0  # saying again what was already said: the conversation is going in circles
 
         quality = [checks[k] for k in _QUALITY if k in checks]
@@ -169,15 +183,16 @@ class CustomerSupportReward(Reward):
         return TurnGrade(score=score, breakdown=checks,
                          reason=self._reason(checks, reply.unsafe, reply.rude, wants_human, invented))
 
-    def _grade_write(self, seen: "_Seen", turn_index: int, calls: list[dict[str, Any]], user: int | None,
-                     user_facts: "_Text") -> TurnGrade:
+    def _grade_write(self, seen: "_Seen", turn_index: int, calls: list[dict[str, Any]]) -> TurnGrade:
         """A state-changing action needs the user's explicit go-ahead in their latest message, given to a question
         the agent asked (it states what it will do and asks; a yes to nothing is half a go-ahead). It should be one
         the system accepts: a write the tool rejected was an attempt to change something that cannot change. And
         what it writes must come from the conversation: an id, amount or date in the arguments that no one said and
         no tool returned is invented."""
+        user = seen.last_user(turn_index)
+        user_facts = seen.facts(user) if user is not None else _NO_TEXT
         consent = 0.0
-        if self._user_affirmed(user_facts.text, user_facts.words):
+        if self._affirms(user_facts):
             consent = 1.0 if seen.asked_before(user) else 0.5
         rejected = [c["name"] for c in calls
                     if seen.kind(c["name"]) == "write" and seen.outcome(turn_index, c["id"]) == "error"]
@@ -205,15 +220,35 @@ class CustomerSupportReward(Reward):
                          reason="; ".join(reasons))
 
     def _read_reply(self, facts: "_Text") -> "_Reply":
-        """What a reply's text alone decides (safety, tone, the hand-off said, resolution, the actions it claims or
-        promises, its values, its fluency): read once per distinct text and kept with it."""
+        """What a reply's text alone decides: its values and fluency, read once per distinct text and kept with it,
+        and what its words say (`_read_wording`), read once per wording."""
+        text = facts.text
+        key = self._wording(text)
+        reply = self._replies.get(key)
         if facts.words is None:
-            facts.tokenise()
-        text, words = facts.text, facts.words
-        reply = facts.reply = _Reply()
+            facts.tokenise(reply.tokens if reply is not None else None)
+        words = facts.words
+        facts.values = mentioned_values(text, facts.cased, words)
+        # the distinct trigrams count only from 8 tokens on (`_language._repetition`): fewer need no set of them
+        distinct = len(facts.shingles) if len(facts.lowered) >= 8 else 0
+        if reply is None:
+            reply = self._read_wording(text, words, facts.blank)
+            reply.shape = facts.shape = TextShape(text, facts.cased, facts.lowered, distinct, words)
+            reply.tokens = DigitTemplate(text)
+            _remember(self._replies, key, reply)
+        else:
+            # the same text but for its digits: only the counts of distinct tokens and trigrams are its own
+            facts.shape = TextShape(text, facts.cased, facts.lowered, distinct, words, like=reply.shape)
+        facts.reply = reply
+        return reply
+
+    def _read_wording(self, text: str, words: frozenset[str], blank: bool) -> "_Reply":
+        """Safety, tone, the hand-off said, resolution, the actions the reply claims or promises: phrases and
+        patterns without digits, so the same for every text of this wording (`_wording`)."""
+        reply = _Reply()
         reply.unsafe = self._phrases["unsafe"].findall(text, words) + self._abuse(text, words)
         reply.rude = rude = self._phrases["rude"].findall(text, words)
-        reply.tone = 0.0 if rude else (1.0 if self._says(text, "polite", words) or facts.blank else 0.75)
+        reply.tone = 0.0 if rude else (1.0 if self._says(text, "polite", words) or blank else 0.75)
         # Without a question the statements are the text: one search. (With one, a phrase may span a removed
         # question's place, so the text must hold it too.)
         reply.escalates = self._says(text, "escalates", words) and (
@@ -228,18 +263,18 @@ class CustomerSupportReward(Reward):
             if claimed or self._says(statements, "resolved"):
                 reply.claimed = tuple(frozenset(_verb_of(v)) for v in claimed)
         reply.promises = bool("?" not in text and not words.isdisjoint(_ACT_WORDS) and _PROMISED_ACTION.search(text))
-        reply.values = mentioned_values(text, facts.cased, words)
-        # the distinct trigrams count only from 8 tokens on (`_language._repetition`): fewer need no set of them
-        distinct = len(facts.shingles) if len(facts.lowered) >= 8 else 0
-        reply.shape = TextShape(text, facts.cased, facts.lowered, distinct, words)
         return reply
 
     def _read_user(self, facts: "_Text") -> tuple[bool, bool]:
-        """(asks for a person, corrects the agent): what a user's message alone decides, kept with its text. The
-        phrase screens test substrings when the text was never tokenised (the regex decides either way)."""
-        facts.user = (self._says(facts.text, "wants_human", facts.words),
-                      self._says(facts.text, "correction", facts.words))
-        return facts.user
+        """(asks for a person, corrects the agent): what a user's message alone decides, kept with its text and its
+        wording. The phrase screens test substrings when the text was never tokenised."""
+        key = self._wording(facts.text)
+        user = self._user_reads.get(key)
+        if user is None:
+            user = _remember(self._user_reads, key, (self._says(facts.text, "wants_human", facts.words),
+                                                      self._says(facts.text, "correction", facts.words)))
+        facts.user = user
+        return user
 
     def _abuse(self, text: str, words: frozenset[str]) -> list[str]:
         """Insults, slurs, and a sentence naming a group of people together with something derogatory."""
@@ -271,8 +306,14 @@ class CustomerSupportReward(Reward):
                     return 0.0
         return 0.5 if reply.promises else 1.0
 
-    def _user_affirmed(self, user_text: str, words: frozenset[str] | None = None) -> bool:
-        return affirmed(user_text, self._phrases["affirm"], self._phrases["negate"], words)
+    def _affirms(self, facts: "_Text") -> bool:
+        """Does the user's message say yes (`affirmed`)? Phrases, and which comes first: kept per wording."""
+        key = self._wording(facts.text)
+        said = self._affirmations.get(key)
+        if said is None:
+            said = _remember(self._affirmations, key, affirmed(facts.text, self._phrases["affirm"],
+                                                               self._phrases["negate"], facts.words))
+        return said
 
     @staticmethod
     def _reason(checks: Mapping[str, float], unsafe: list[str], rude: list[str], asked_for_human: bool,
@@ -307,10 +348,11 @@ class CustomerSupportReward(Reward):
 
 
 class _Reply:
-    """What an assistant text alone decides (`CustomerSupportReward._read_reply`)."""
+    """What an assistant text's words say (`CustomerSupportReward._read_wording`), shared by the texts of a wording,
+    with the first such text's `TextShape` and tokens (the others' are the same but for their digits)."""
 
     __slots__ = ("unsafe", "rude", "tone", "escalates", "offers_handoff", "resolution", "claimed", "promises",
-                 "values", "shape")
+                 "shape", "tokens")
 
 
 class _Text:
@@ -318,18 +360,21 @@ class _Text:
     `_language.tokenise`, only for a reply). Kept per distinct text, so a reply said in many conversations ("You're
     welcome!") is read once."""
 
-    __slots__ = ("text", "blank", "cased", "lowered", "words", "_shingles", "reply", "user")
+    __slots__ = ("text", "blank", "cased", "lowered", "words", "_shingles", "reply", "user", "values", "shape")
 
     def __init__(self, text: str):
         self.text = text
         self.blank = not text.strip()
         self.words: frozenset[str] | None = None  # tokenised only when read as a reply
         self._shingles: frozenset | None = None
-        self.reply: _Reply | None = None
+        self.reply: _Reply | None = None  # set once read as a reply, with `values` and `shape`
         self.user: tuple[bool, bool] | None = None
+        self.values: list[str] = []
+        self.shape: TextShape | None = None
 
-    def tokenise(self) -> None:
-        self.cased, self.lowered = tokenise(self.text)
+    def tokenise(self, template: DigitTemplate | None = None) -> None:
+        """`template`: the tokens of a text that differs from this one only in its digits, when there is one."""
+        self.cased, self.lowered = tokenise(self.text) if template is None else template.tokenise(self.text)
         self.words = frozenset(self.lowered)
 
     @property
@@ -351,16 +396,26 @@ TEXT_STORE_SIZE = 2048
 TEXT_STORE_MAX_CHARS = 1000
 
 
+def _remember(store: dict, key: bytes | str, value):
+    """Keep `value` under `key` in a bounded store (`TEXT_STORE_SIZE`, `TEXT_STORE_MAX_CHARS`); returns it."""
+    if len(key) <= TEXT_STORE_MAX_CHARS:
+        if len(store) >= TEXT_STORE_SIZE:
+            store.clear()
+        store[key] = value
+    return value
+
+
 class _Seen:
     """One conversation's messages with what grading reads from them (texts, tool calls, tool kinds, call
     outcomes), each derived on first use and kept for the conversation's other turns."""
 
-    __slots__ = ("messages", "declared", "_store", "_texts", "_facts", "_calls", "_kinds", "_outcomes",
-                 "_grounding", "_looked_up", "_first_write", "_assistant")
+    __slots__ = ("messages", "_conversation", "_declared", "_store", "_texts", "_facts", "_calls", "_kinds",
+                 "_outcomes", "_grounding", "_looked_up", "_first_write", "_assistant", "_reply_shingles")
 
     def __init__(self, conversation: Mapping[str, Any], store: dict[str, _Text] | None = None):
         self.messages = conversation["messages"]
-        self.declared = declared_tools(conversation)
+        self._conversation = conversation
+        self._declared: dict[str, Mapping[str, Any]] | None = None  # read at the first tool call
         self._store = {} if store is None else store
         self._texts: dict[int, str] = {}
         self._facts: dict[int, _Text] = {}
@@ -371,6 +426,7 @@ class _Seen:
         self._looked_up: GroundingIndex | None = None
         self._first_write: list[tuple[int, str]] | None = None
         self._assistant: list[int] | None = None
+        self._reply_shingles: list[frozenset] = []  # of the assistant turns in order, as far as compared
 
     @property
     def grounding(self) -> GroundingIndex:
@@ -414,11 +470,7 @@ class _Seen:
             text = self.text(index)
             facts = self._store.get(text)
             if facts is None:
-                facts = _Text(text)
-                if len(text) <= TEXT_STORE_MAX_CHARS:
-                    if len(self._store) >= TEXT_STORE_SIZE:
-                        self._store.clear()
-                    self._store[text] = facts
+                facts = _remember(self._store, text, _Text(text))
             self._facts[index] = facts
         return facts
 
@@ -431,7 +483,9 @@ class _Seen:
     def kind(self, name: Any) -> str:
         kind = self._kinds.get(name)
         if kind is None:
-            kind = self._kinds[name] = tool_kind(name, self.declared.get(name))
+            if self._declared is None:
+                self._declared = declared_tools(self._conversation)
+            kind = self._kinds[name] = tool_kind(name, self._declared.get(name))
         return kind
 
     def outcome(self, index: int, call_id: Any) -> str:
@@ -444,20 +498,24 @@ class _Seen:
             outcome = self._outcomes[key] = call_outcome(self.messages, index, call_id)
         return outcome
 
-    def repeats_earlier_reply(self, index: int) -> bool:
-        """Is this reply mostly (by word trigrams) an earlier reply of the agent's said again?"""
+    def repeats_earlier_reply(self, index: int, facts: _Text) -> bool:
+        """Is this reply (`facts`: its text) mostly, by word trigrams, an earlier reply of the agent's said again?"""
         if self._assistant is None:
             self._assistant = [i for i, m in enumerate(self.messages) if m.get("role") == "assistant"]
-        if not self._assistant or self._assistant[0] >= index:
+        assistant = self._assistant
+        if not assistant or assistant[0] >= index:
             return False  # no earlier reply to repeat
-        mine = self.facts(index).shingles
+        mine = facts.shingles
         if not mine:
             return False
         mine_size = len(mine)
-        for earlier in self._assistant:
+        shingles = self._reply_shingles  # each earlier reply's, looked up once for all the turns after it
+        for position, earlier in enumerate(assistant):
             if earlier >= index:
                 break
-            theirs = self.facts(earlier).shingles
+            if position == len(shingles):
+                shingles.append(self.facts(earlier).shingles)
+            theirs = shingles[position]
             if not theirs:
                 continue
             # Jaccard |mine & theirs| / |mine | theirs| >= REPEAT_OVERLAP, with the union's size from the sizes.
@@ -492,6 +550,8 @@ class _Seen:
 #: Jaccard overlap of word trigrams above which a reply counts as an earlier reply repeated.
 REPEAT_OVERLAP = 0.6
 _QUESTION = re.compile(r"[^.!?\n]*\?")
+_DIGIT = re.compile(r"[0-9]")
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _SENTENCE_END = re.compile(r"(?<=[.!?\n])\s*")
 #: The checks averaged into a text turn's score (safety and fluency scale it instead).
 _QUALITY = ("tone", "escalation", "resolution", "on_track", "grounding", "complete")
