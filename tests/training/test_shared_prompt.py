@@ -124,3 +124,17 @@ def test_under_gradient_checkpointing_the_shared_prompt_gives_the_same_log_probs
     for logp, grad in (ckpt_shared, plain_shared, plain_full):
         assert (logp[m] - ckpt_full[0][m]).abs().max() < 1e-5
         assert max(float((a - b).abs().max()) for a, b in zip(grad, ckpt_full[1])) <= 1e-5 * norm
+
+
+def test_models_whose_cache_is_not_plain_full_attention_take_the_plain_path():
+    """A sliding-window layer's cache keeps only the window: the shared prompt's plain caches would attend past it."""
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig, MistralConfig
+
+    from stateset_plugins.models import scoring
+
+    sizes = {"num_hidden_layers": 3, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+             "num_key_value_heads": 2}
+    assert scoring._layer_count(SimpleNamespace(config=LlamaConfig(**sizes))) == 3
+    assert scoring._layer_count(SimpleNamespace(config=MistralConfig(sliding_window=8, **sizes))) is None

@@ -154,7 +154,10 @@ def repeated_prompts(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor] |
 def _layer_count(model) -> int | None:
     """The model's cache layers when each is a plain growing one (full attention): the layers `_on_shared_prompt`
     stands in for; None for any other kind (sliding windows, linear attention), which it leaves alone."""
-    layers = DynamicCache(config=model.config).layers
+    try:
+        layers = DynamicCache(config=model.config).layers
+    except (AttributeError, TypeError, ValueError):  # a config transformers cannot size a cache from
+        return None
     return len(layers) if layers and all(type(layer) is DynamicLayer for layer in layers) else None
 
 
