@@ -97,12 +97,14 @@ def mentioned_values(text: str, tokens: Sequence[str] | None = None,
         tokens = _TOKEN.findall(text)
     if lowered is None:
         lowered = frozenset(map(str.lower, tokens))
-    days: set[int] = set()  # where a date's day is written ("May 20"): not a number of its own
     first_digit = _HAS_DIGIT(text)
-    if first_digit and not lowered.isdisjoint(_CALENDAR_WORDS):  # a date needs its day's digits ("you may" has none)
-        _month_days(text, out, days)
     if first_digit:
-        _digit_values(text, out, days, first_digit.start())
+        plan: list[tuple] = []
+        days: set[int] = set()  # where a date's day is written ("May 20"): not a number of its own
+        if not lowered.isdisjoint(_CALENDAR_WORDS):  # a date needs its day's digits ("you may" has none)
+            _month_days(text, plan, days)
+        _digit_plan(text, plan, days, first_digit.start())
+        out += _values(plan, text)
     # Tokens with a capital letter (a token not among the lower-cased ones) that are no English word: codes ("JFK")
     # and names ("Mia"). Found with set operations first: most replies' capitalised words are English ("Your").
     unknown = [t for t in frozenset(tokens).difference(lowered)
@@ -124,37 +126,60 @@ def mentioned_values(text: str, tokens: Sequence[str] | None = None,
 _HAS_DIGIT = re.compile(r"\d").search
 
 
-def _month_days(text: str, out: list[str], days: set[int]) -> None:
-    """The dates written with a month's name ("May 20th", "4 of July") into `out`; where each day's digits start
+def _month_days(text: str, plan: list[tuple], days: set[int]) -> None:
+    """The dates written with a month's name ("May 20th", "4 of July") into `plan`; where each day's digits start
     into `days` (they are no number of their own)."""
     for match in _MONTH_DAY.finditer(text):
         month = _MONTHS[(match.group(1) or match.group(4)).lower()]
-        day = int(match.group(2) or match.group(3))
-        days.add(match.start(2) if match.group(2) else match.start(3))
-        if 1 <= day <= 31:
-            out.append(f"d:{month:02d}-{day:02d}")
+        day = 2 if match.group(2) else 3
+        days.add(match.start(day))
+        plan.append((_MONTH_DAY_VALUE, match.start(day), match.end(day), month))
 
 
 def digit_values(text: str) -> list[str]:
     """The values of `mentioned_values` that are written with digits (numbers, amounts, dates, times, ids such as
     "HAT001"), without reading the text's words: a text with no digit costs one search. Capitalised codes and
     names written without digits ("JFK", "Mia") are left out."""
-    first_digit = _HAS_DIGIT(text)
-    if not first_digit:
+    if not _HAS_DIGIT(text):
         return []
-    out: list[str] = []
+    # Where a text's values are and how each is read depends only on which of its characters are digits, never on
+    # which digits they are (every pattern here says \d, never a particular digit): texts that differ only in
+    # their ASCII digits ("refund of $149.00 (reference RF-438995)") share a plan, found once per wording.
+    return _values(_wording_plan(wording(text)), text)
+
+
+_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+
+
+def wording(text: str) -> bytes:
+    """A key shared by the texts that differ only in their ASCII digits: the text with each of them made 0 (in
+    UTF-8, where a byte below 128 is always that character, and surrogates kept; decode it likewise)."""
+    return text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS)
+
+
+@lru_cache(maxsize=4096)
+def _wording_plan(text_wording: bytes) -> tuple[tuple, ...]:
+    """The `_month_days` and `_digit_plan` plan of the texts of one `wording`."""
+    text = text_wording.decode("utf-8", "surrogatepass")
+    plan: list[tuple] = []
     days: set[int] = set()
-    lowered = text.lower()
     # Every month name starts with its three-letter abbreviation: substring tests are far cheaper than the pattern.
+    lowered = text.lower()
     if any(m in lowered for m in _MONTH_PREFIXES):
-        _month_days(text, out, days)
-    _digit_values(text, out, days, first_digit.start())
-    return out
+        _month_days(text, plan, days)
+    _digit_plan(text, plan, days, _HAS_DIGIT(text).start())
+    return tuple(plan)
+
+
 _WORD_BEFORE = re.compile(r"\w+$")
 _WORD_AFTER = re.compile(r"\w*")
+# How a planned stretch of text is read (`_values`).
+_MONTH_DAY_VALUE, _UNIT_NUMBER, _ID, _ISO_DATE_TIME, _CLOCK, _WHOLE, _NUMBER = range(7)
 
 
-def _digit_values(text: str, out: list[str], days: set[int], first_digit: int = 0) -> None:
+def _digit_plan(text: str, plan: list[tuple], days: set[int], first_digit: int = 0) -> None:
+    """Where the digit-led values are in `text`, and how each is read, into `plan` as (how, start, end): what the
+    text's digits are is left to `_values`."""
     # Every value starts with a digit: the scan starts at the first one (the pattern looks at nothing before it).
     for match in _DIGIT_VALUE.finditer(text, first_digit):
         start, end = match.span()
@@ -169,17 +194,41 @@ def _digit_values(text: str, out: list[str], days: set[int], first_digit: int = 
             # Digits inside a word: the whole word is a code or an id ("HAT001", "mia_li_3668"), unless it is a
             # number with its unit ("20th", "50kg").
             head = _WORD_BEFORE.search(text, max(0, start - 64), start)
-            word = (head.group(0) if head else "") + text[start:end] + _WORD_AFTER.match(text, end).group(0)
-            unit = _UNIT.match(word)
+            word_start = head.start() if head else start
+            word_end = _WORD_AFTER.match(text, end).end()
+            unit = _UNIT.match(text[word_start:word_end])
             if unit:
-                key = _number_key(unit.group(1))
-                if key:
-                    out.append(key)
-            elif not _CLOCK_JOIN.match(word):
-                out.append("id:" + word.lower())
-            continue
+                plan.append((_UNIT_NUMBER, word_start, word_start + unit.end(1)))
+            elif not _CLOCK_JOIN.match(text[word_start:word_end]):
+                plan.append((_ID, word_start, word_end))
+        elif "-" in token:
+            plan.append((_ISO_DATE_TIME, start, end))
+        elif ":" in token or token[-1] in "mM":
+            plan.append((_CLOCK, start, end))
+        elif token.isdigit():  # the common case, as `_number_key` reads it
+            plan.append((_WHOLE, start, end))
+        else:
+            plan.append((_NUMBER, start, end))
+
+
+def _values(plan: Sequence[tuple], text: str) -> list[str]:
+    """The values a `_digit_plan` (or `_month_days`) plan finds in `text`: what its digits say."""
+    out: list[str] = []
+    for step in plan:
+        how, token = step[0], text[step[1]:step[2]]
         key = None
-        if "-" in token:
+        if how == _WHOLE:
+            value = int(token)
+            key = f"n:{value}" if value > SMALL_NUMBER else None
+        elif how == _ID:
+            key = "id:" + token.lower()
+        elif how == _MONTH_DAY_VALUE:
+            day = int(token)
+            if 1 <= day <= 31:
+                key = f"d:{step[3]:02d}-{day:02d}"
+        elif how == _UNIT_NUMBER or how == _NUMBER:
+            key = _number_key(token)
+        elif how == _ISO_DATE_TIME:
             year, month, rest = token.split("-", 2)
             day, _, clock = rest.replace("T", " ").partition(" ")
             out.append(f"n:{int(year)}")
@@ -188,18 +237,14 @@ def _digit_values(text: str, out: list[str], days: set[int], first_digit: int = 
             if clock:
                 hour, minute = clock.split(":")
                 key = _clock(int(hour), int(minute), None)
-        elif ":" in token or token[-1] in "mM":
+        else:  # _CLOCK
             meridiem = _MERIDIEM.search(token)
             digits = re.findall(r"\d+", token)
             key = _clock(int(digits[0]), int(digits[1]) if len(digits) > 1 else 0,
                          meridiem.group(1) if meridiem else None)
-        elif token.isdigit():  # the common case, as `_number_key` reads it
-            value = int(token)
-            key = f"n:{value}" if value > SMALL_NUMBER else None
-        else:
-            key = _number_key(token)
         if key:
             out.append(key)
+    return out
 
 
 def _occurs(needle: str, haystack: str, digits: bool, tail_digits: bool = False, start: int = 0,

@@ -10,12 +10,14 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, Callable
 
 import orjson
 
 from stateset_agents.plugin_api.text import message_text
 
+from ._grounding import wording
 from ._text import (AFFIRM, NEGATE, Phrases, affirmed, is_error_result, parse_arguments, phrases, tool_calls,
                     tool_result)
 
@@ -132,6 +134,18 @@ def claims_change(text: str, acting: bool = False) -> bool:
     """Does a reply say that a change was made, or promise one without asking for the go-ahead? A promise in a
     message that also makes a call (`acting`) is a plan being carried out, not an empty promise. A clause opened
     by a condition, a modal or a negation ("once they have been added", "cannot be changed") asserts nothing."""
+    # No word or phrase read here holds a digit, and a digit is a word character like any other: texts that
+    # differ only in their digits (amounts, ids) claim alike, and are read once per wording.
+    return _wording_claims(wording(text), acting)
+
+
+@lru_cache(maxsize=4096)
+def _wording_claims(text_wording: bytes, acting: bool) -> bool:
+    return _claims(text_wording.decode("utf-8", "surrogatepass"), acting)
+
+
+def _claims(text: str, acting: bool) -> bool:
+    """`claims_change`, read from the text itself."""
     promised = False
     for words in _clauses(text.lower().replace("\u2019", "'")):
         if _VERB_FORMS.isdisjoint(words):
@@ -463,6 +477,12 @@ class ConversationFacts:
                 break
         hay = " ".join(" ".join(t.split()) for t in texts).lower()
         return all(any(_found(form, hay, len(hay)) for forms in spellings(v) for form in forms) for v in values)
+
+    def unbacked_claim(self, turn: int, acting: bool) -> bool:
+        """Does this turn's reply claim a change (`claims_change`) that no call made since the user's last message?
+        The claim is read first: read once per wording, it is the cheaper question, and most replies claim none."""
+        text = self.text(turn)
+        return bool(text.strip()) and claims_change(text, acting) and not self.changed_since_user(turn)
 
     def changed_since_user(self, turn: int) -> bool:
         """Did a state-changing or hand-off call that took effect run since the user's last message (this turn's

@@ -53,6 +53,12 @@ def tool_kind(name: str, declaration: Mapping[str, Any] | None = None, *,
     return "write"
 
 
+@lru_cache(maxsize=4096)
+def name_kind(name: str, read_only: tuple[str, ...] = (), writes: tuple[str, ...] = ()) -> str:
+    """`tool_kind` of a tool declared without annotations, or not at all: its name decides, so each is judged once."""
+    return tool_kind(name, None, read_only=read_only, writes=writes)
+
+
 def call_outcome(messages: Sequence[Mapping[str, Any]], turn_index: int, call_id: Any) -> str:
     """"ok", "error" or "unknown": read from the tool result that follows the call (the call's visible effect)."""
     result = tool_result(messages, call_id, turn_index + 1)

@@ -26,8 +26,8 @@ from stateset_agents import Reward, TurnGrade
 
 from ._grounding import GroundingIndex, digit_values, readable
 from ._text import parse_arguments
-from ._tool_grounding import PROSE_WORDS, ConversationFacts, claims_change, enum_values, value_leaves
-from ._tools import declared_tools, tool_kind
+from ._tool_grounding import PROSE_WORDS, ConversationFacts, enum_values, value_leaves
+from ._tools import declared_tools, name_kind, tool_kind
 
 # A call to the right tool with wrong arguments is worth at most this much: the data ends up wrong anyway.
 NAME_ONLY_CREDIT = 0.5
@@ -47,9 +47,9 @@ def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None
     """A canonical form for comparing arguments (choices documented in docs/rewards.md)."""
     kind = type(value)
     if kind is str:  # the common cases first, by exact type; anything else takes the general path below
-        return _normalise_text(value)
+        return _normalised_string(value)
     if kind is dict:
-        return {k: _normalise_text(v) if type(v) is str else normalise(v, ordered, k) for k, v in value.items()
+        return {k: _normalised_string(v) if type(v) is str else normalise(v, ordered, k) for k, v in value.items()
                 if v is not None}
     if isinstance(value, bool) or value is None:
         return value
@@ -94,6 +94,11 @@ def _normalise_text(value: str) -> Any:
         except (ValueError, ZeroDivisionError):
             pass
     return "<prose>" if len(words) > PROSE_WORDS else text
+
+
+# Ids, codes and names recur across calls and conversations: each plain string normalised once (to a str, int or
+# Fraction: immutable, so one result can be shared).
+_normalised_string = lru_cache(maxsize=4096)(_normalise_text)
 
 
 def _whole(number: Fraction) -> int | Fraction:
@@ -145,7 +150,10 @@ class ToolCallingReward(Reward):
         self._ordered = frozenset(self.config.get("ordered_arguments", ()))
 
     def _kind(self, name: str, declared: Mapping[str, Any]) -> str:
-        return tool_kind(name, declared.get(name), read_only=self._read_only, writes=self._writes)
+        declaration = declared.get(name)
+        if declaration is not None and declaration.get("annotations"):
+            return tool_kind(name, declaration, read_only=self._read_only, writes=self._writes)
+        return name_kind(name, self._read_only, self._writes)  # the name alone decides: judged once per name
 
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
         return self.grade_conversation(conversation, [turn_index])[0]
@@ -165,10 +173,7 @@ class ToolCallingReward(Reward):
     # ------------------------------------------------------------------------------------ without expected calls
     def _grade_against_schemas(self, seen: "_Seen", turn: int) -> TurnGrade:
         calls = seen.facts.calls(turn)
-        text = seen.facts.text(turn)
-        # A claim matters only where no change was made since the user's last message (read only then: cheaper).
-        claimed = (bool(text.strip()) and not seen.facts.changed_since_user(turn)
-                   and claims_change(text, acting=bool(calls)))
+        claimed = seen.facts.unbacked_claim(turn, acting=bool(calls))
         if not calls and not claimed:
             return TurnGrade.not_applicable("no tool call and no unbacked claim of a change in this turn")
         checks = [self._check_call(seen, turn, call) for call in calls]
@@ -381,12 +386,6 @@ def _shape(tool: Mapping[str, Any] | None) -> tuple[Any, Mapping[str, Any] | Non
             required if isinstance(required, list) else None)
 
 
-@lru_cache(maxsize=4096)
-def _reply_values(text: str) -> tuple[str, ...]:
-    """`digit_values` of a reply, kept for the replies an agent says again and again."""
-    return tuple(digit_values(text))
-
-
 class _ExpectedReplay:
     """Grading against expected calls: the conversation's calls replayed in order, consuming the expected ones."""
 
@@ -528,7 +527,7 @@ class _ExpectedReplay:
             if turn > last:
                 break
             text = facts.text(turn)
-            values = _reply_values(text) if text else ()
+            values = digit_values(text) if text else ()
             if values:
                 if index is None:
                     index = GroundingIndex(self.seen.messages)
@@ -539,9 +538,7 @@ class _ExpectedReplay:
 
     def _grade(self, turn: int, judged: list[dict[str, Any]], last_turn: bool) -> TurnGrade:
         facts = self.seen.facts
-        text = facts.text(turn)
-        claimed = (bool(text.strip()) and not facts.changed_since_user(turn)
-                   and claims_change(text, acting=bool(judged)))
+        claimed = facts.unbacked_claim(turn, acting=bool(judged))
         if not judged and not claimed and not last_turn:  # most turns: nothing to score, nothing to build
             return TurnGrade.not_applicable(_NOTHING_EXPECTED, {"calls": judged})
         items: list[float] = []
