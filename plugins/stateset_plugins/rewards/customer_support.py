@@ -17,7 +17,7 @@ from typing import Any, Mapping
 from stateset_agents import Reward, TurnGrade
 from stateset_agents.plugin_api.text import message_text
 
-from ._grounding import GroundingIndex, mentioned_values
+from ._grounding import GroundingIndex, mentioned_values, wording
 from ._language import DigitTemplate, TextShape, stems, tokenise
 from ._text import AFFIRM, NEGATE, Phrases, affirmed, last_message, tool_calls
 from ._tools import call_outcome, declared_tools, tool_kind
@@ -110,9 +110,9 @@ class CustomerSupportReward(Reward):
         self._digit_blind = not any(_DIGIT.search(p) for phrases in self.phrases.values() for p in phrases)
 
     def _wording(self, text: str) -> bytes | str:
-        """The key under which a text's phrase readings are kept: the text with every ASCII digit made 0 (in UTF-8,
-        where a byte below 128 is always that character, and surrogates kept)."""
-        return text.encode("utf-8", "surrogatepass").translate(_ZERO_DIGITS) if self._digit_blind else text
+        """The key under which a text's phrase readings are kept: its `_grounding.wording`, or the text itself where
+        a configured phrase reads a digit."""
+        return wording(text) if self._digit_blind else text
 
     def _says(self, text: str, key: str, words: frozenset[str] | None = None) -> bool:
         return self._phrases[key].search(text, words)
@@ -551,7 +551,6 @@ class _Seen:
 REPEAT_OVERLAP = 0.6
 _QUESTION = re.compile(r"[^.!?\n]*\?")
 _DIGIT = re.compile(r"[0-9]")
-_ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _SENTENCE_END = re.compile(r"(?<=[.!?\n])\s*")
 #: The checks averaged into a text turn's score (safety and fluency scale it instead).
 _QUALITY = ("tone", "escalation", "resolution", "on_track", "grounding", "complete")
