@@ -135,20 +135,22 @@ def _on_detached_prompt(model, batch: Batch, hidden: bool):
                  use_cache=True, output_hidden_states=hidden)
 
 
-def repeated_prompts(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """(the distinct prompt heads as ``[ids | mask]`` rows, each row's index among them) when rows repeat a prompt
-    and computing each once saves enough work; else None. The head is the prompt but its last token (which
-    predicts the first completion token, so it runs with the completion)."""
+def repeated_prompts(model, batch: Batch) -> tuple[torch.Tensor, torch.Tensor, int] | None:
+    """(the distinct prompt heads as ``[ids | mask]`` rows, each row's index among them, the model's cache layers)
+    when rows repeat a prompt, computing each once saves enough work and the model's cache is one
+    `_on_shared_prompt` can stand in for; else None. The head is the prompt but its last token (which predicts the
+    first completion token, so it runs with the completion)."""
     cut = batch.prompt_width - 1
     rows = batch.input_ids.shape[0]
-    if cut < 1 or rows < 2 or _layer_count(model) is None:
+    if cut < 1 or rows < 2:
         return None
     heads = torch.cat([batch.input_ids[:, :cut], batch.attention_mask[:, :cut]], dim=1)
     distinct, index = torch.unique(heads, dim=0, return_inverse=True)
     saved = (rows - distinct.shape[0]) * cut
     if not saves_enough(saved, sum(p.numel() for p in model.parameters()), heads.device):
         return None
-    return distinct, index
+    layers = _layer_count(model)
+    return None if layers is None else (distinct, index, layers)
 
 
 def _layer_count(model) -> int | None:
@@ -202,14 +204,14 @@ def _cache_through_checkpoints(model):
             del layer._can_checkpoint_with_cache  # the class's own value again
 
 
-def _on_shared_prompt(model, batch: Batch, hidden: bool, distinct: torch.Tensor, index: torch.Tensor):
+def _on_shared_prompt(model, batch: Batch, hidden: bool, distinct: torch.Tensor, index: torch.Tensor, layers: int):
     """The forward pass of the last C + 1 positions on a cache of each distinct prompt head, computed once (with
     gradient, if on) and repeated to the rows that share it: indexing is differentiable, so each head's gradient is
     the sum of its rows', as the full batch's would be. Works under gradient checkpointing too (the caches'
     layers give a layer's replay in backward what its first pass saw)."""
     cut = batch.prompt_width - 1
     head_ids, head_attn = distinct[:, :cut], distinct[:, cut:]
-    head_cache = Cache(layers=[_HeadLayer() for _ in range(_layer_count(model))])
+    head_cache = Cache(layers=[_HeadLayer() for _ in range(layers)])
     with _cache_through_checkpoints(model):
         model(input_ids=head_ids, attention_mask=head_attn, position_ids=(head_attn.cumsum(-1) - 1).clamp(min=0),
               cache=head_cache, use_cache=True, logits_to_keep=1)
