@@ -65,3 +65,19 @@ def test_arithmetic_on_stated_grounded_numbers_earns_half_credit():
 def test_the_assistant_grounds_nothing_for_itself():
     messages = [user("hi"), assistant("Your code is ZX9931."), user("ok"), assistant("Code ZX9931 is active.")]
     assert GroundingIndex(messages).credit(["id:zx9931"], 3) == (0.0, ["id:zx9931"])
+
+
+def test_whole_numbers_are_found_as_written_with_or_without_separators():
+    from stateset_plugins.rewards._grounding import first_grounding
+
+    text = "paid 1,250 on card 88217791, ref 0042 and 31250; then 1250.00 and 12,500.50"
+    end = len(text)
+    assert first_grounding("n:1250", text, 0, end) == len("paid 1,250")  # the separated form comes first
+    assert first_grounding("n:1250", text, 11, end) == text.index(";")  # four digits: the last of 31250
+    assert first_grounding("n:31250", text, 0, end) == text.index(";")
+    assert first_grounding("n:7791", text, 0, end) == text.index(", ref")  # a card's last four
+    assert first_grounding("n:3125", text, 0, end) == -1  # not inside a longer number
+    assert first_grounding("n:12500", text, 0, end) == -1  # 12,500.50 is not 12500
+    assert first_grounding("n:0042", text, 0, end) == text.index(" and 31250")  # (read as 42, its last digits)
+    assert first_grounding("n:42", text, 0, end) == -1
+    assert first_grounding("id:ref", text, 0, end) == text.index(" 0042")

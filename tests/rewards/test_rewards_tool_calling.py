@@ -519,3 +519,53 @@ def test_broken_copies_of_real_logs_score_lower():
             rate, n = win_rate(reward, records, breakage)
             print(f"\n{breakage.__name__} (expected calls: {expected}): win rate {rate:.3f} over {n}")
             assert n >= 50 and rate >= 0.9, (breakage.__name__, expected, rate)
+
+
+def _grade_rows(reward, conv):
+    turns = [i for i, m in enumerate(conv["messages"]) if m["role"] == "assistant"]
+    return [(g.score, g.applicable, json.dumps(g.breakdown, sort_keys=True, default=repr), g.reason)
+            for g in reward.grade_conversation(conv, turns)]
+
+
+def _lookup_conversation(tools):
+    return conversation([
+        user("Where is order NW-100004?"),
+        assistant(None, [("get_order", json.dumps({"order_id": "NW-100004"}))]),
+        tool("call_0_get_order", '{"status": "shipped"}'),
+        assistant("Order NW-100004 has shipped."),
+    ], tools)
+
+
+def test_what_a_declaration_tells_is_kept_per_declaration_and_graded_alike():
+    import copy
+    import enum
+
+    class One(enum.IntEnum):
+        ONE = 1
+
+    read_only = copy.deepcopy(TOOLS)
+    read_only[0]["function"]["annotations"] = {"readOnlyHint": True}
+    as_int = copy.deepcopy(read_only)
+    as_int[0]["function"]["annotations"] = {"readOnlyHint": 1}  # equal to True, but another declaration
+    as_enum = copy.deepcopy(read_only)
+    as_enum[0]["function"]["annotations"] = {"readOnlyHint": One.ONE}  # not marshalled: never kept
+    as_tuple = copy.deepcopy(TOOLS)
+    as_tuple[0]["function"]["parameters"]["required"] = ("order_id",)  # equal bytes in JSON, not a list here
+    shared = ToolCallingReward()
+    for tools in (TOOLS, copy.deepcopy(TOOLS), read_only, as_int, as_enum, as_tuple, TOOLS):
+        conv = _lookup_conversation(tools)
+        assert _grade_rows(shared, conv) == _grade_rows(ToolCallingReward(), conv)
+    # one entry per distinct declaration (the enum one is never kept), whatever object carries it
+    assert len(shared._declarations) == 4
+
+
+def test_editing_a_graded_conversation_does_not_change_what_was_kept():
+    import copy
+
+    tools = copy.deepcopy(TOOLS)
+    shared = ToolCallingReward()
+    first = _lookup_conversation(tools)
+    before = _grade_rows(shared, first)
+    tools[0]["function"]["name"] = "lookup_order"  # the caller edits its conversation after grading it
+    again = _lookup_conversation(copy.deepcopy(TOOLS))
+    assert _grade_rows(shared, again) == before == _grade_rows(ToolCallingReward(), again)

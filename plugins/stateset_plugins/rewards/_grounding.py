@@ -136,16 +136,16 @@ def _month_days(text: str, plan: list[tuple], days: set[int]) -> None:
         plan.append((_MONTH_DAY_VALUE, match.start(day), match.end(day), month))
 
 
-def digit_values(text: str) -> list[str]:
+def digit_values(text: str, text_wording: bytes | None = None) -> list[str]:
     """The values of `mentioned_values` that are written with digits (numbers, amounts, dates, times, ids such as
     "HAT001"), without reading the text's words: a text with no digit costs one search. Capitalised codes and
-    names written without digits ("JFK", "Mia") are left out."""
+    names written without digits ("JFK", "Mia") are left out. `text_wording`: its `wording`, when the caller has it."""
     if not _HAS_DIGIT(text):
         return []
     # Where a text's values are and how each is read depends only on which of its characters are digits, never on
     # which digits they are (every pattern here says \d, never a particular digit): texts that differ only in
     # their ASCII digits ("refund of $149.00 (reference RF-438995)") share a plan, found once per wording.
-    return _values(_wording_plan(wording(text)), text)
+    return _values(_wording_plan(wording(text) if text_wording is None else text_wording), text)
 
 
 _ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
@@ -337,6 +337,23 @@ def readable(value: str) -> str:
 
 def first_grounding(value: str, text: str, start: int, end: int) -> int:
     """The end of the first occurrence of any written form of `value` in `text[start:end]`, or -1."""
+    body = value[2:]
+    if value[:2] == "n:" and body.isdigit() and body.isascii() and (body[0] != "0" or len(body) == 1):
+        # A whole number as `_spelled` writes it (most values are): its digits, and from 1,000 on with separators
+        # too, searched without building the forms. Four digits may be the last of a longer number.
+        best = _occurs(body, text, True, len(body) == 4, start, end)
+        if len(body) > 3:
+            # The separated form can only come first if it ends before the plain one does (the two never end at
+            # the same place: the plain one's last characters are digits where the other has a separator).
+            separated = f"{int(body):,}"
+            stop = end if best < 0 else best
+            if text.find(separated, start, stop) >= 0:  # rarely written so: look before judging the boundaries
+                found = _occurs(separated, text, True, False, start, stop)
+                if found >= 0:
+                    best = found
+        return best
+    if value[1:2] != ":" or value[0] not in "ndt":  # an id or a name: one form, as written
+        return _occurs(value.partition(":")[2], text, False, False, start, end)
     last_four = value.startswith("n:") and len(value) == 6 and value[2:].isdigit()
     best = -1
     for form, digits in _forms(value):
@@ -378,7 +395,7 @@ class GroundingIndex:
 
     def __init__(self, messages: Sequence[Mapping[str, Any]], roles: Iterable[str] = GROUNDING_ROLES):
         self.messages = messages
-        self.roles = frozenset(roles)
+        self.roles = roles if type(roles) is frozenset else frozenset(roles)
         self._text = ""
         self._ends = [0]  # _ends[i]: length of the text that the messages before index i make
         self._indexed_to = 0
@@ -386,14 +403,23 @@ class GroundingIndex:
         self._scanned: dict[str, int] = {}  # value (not found yet) -> how much of the text has been searched
 
     def _context_end(self, before: int) -> int:
+        if before < len(self._ends):
+            return self._ends[before]
         before = min(before, len(self.messages))
-        while self._indexed_to < before:
-            message = self.messages[self._indexed_to]
-            if message.get("role") in self.roles:
-                self._text += message_text(message).lower() + "\n"
-            self._indexed_to += 1
-            self._ends.append(len(self._text))
-        return self._ends[before]
+        pieces = []
+        length = len(self._text)
+        roles, ends = self.roles, self._ends
+        for message in self.messages[self._indexed_to:before]:
+            if message.get("role") in roles:
+                piece = message_text(message).lower()
+                pieces.append(piece)
+                length += len(piece) + 1
+            ends.append(length)
+        if pieces:
+            pieces.append("")  # each piece ends in a newline
+            self._text += "\n".join(pieces)
+        self._indexed_to = before
+        return ends[before]
 
     def grounded(self, value: str, before: int) -> bool:
         return self._grounded(value, self._context_end(before))

@@ -17,8 +17,11 @@ def tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     for call in message.get("tool_calls") or ():
         # a call that is not an object (or has no object `function`, or no string name) stays a call, nameless,
         # so the rewards judge it as malformed instead of failing or not seeing it
-        call = call if isinstance(call, Mapping) else {}
-        function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+        if type(call) is not dict and not isinstance(call, Mapping):  # (an exact dict skips the slower ABC check)
+            call = {}
+        function = call.get("function")
+        if type(function) is not dict and not isinstance(function, Mapping):
+            function = {}
         name = function.get("name")
         calls.append({"id": call.get("id"), "name": name if isinstance(name, str) else "",
                       "arguments": function.get("arguments")})

@@ -333,7 +333,7 @@ class ConversationFacts:
     """One conversation's messages as the tool checks read them, each derived once and only when asked."""
 
     __slots__ = ("messages", "kind", "roles", "assistant_turns", "_texts", "_calls", "_outcomes", "_affirmed",
-                 "_corpora", "_grounded", "_by_name", "_canonicals")
+                 "_corpora", "_grounded", "_by_name", "_canonicals", "_wordings")
 
     def __init__(self, messages: Sequence[Mapping[str, Any]], kind: Callable[[str], str]):
         self.messages = messages
@@ -349,12 +349,20 @@ class ConversationFacts:
         self._grounded: dict[tuple[Any, int], bool] = {}
         self._by_name: dict[str, list[tuple[int, dict[str, Any]]]] | None = None
         self._canonicals: dict[int, str] = {}
+        self._wordings: dict[int, bytes] = {}
 
     def text(self, index: int) -> str:
         text = self._texts.get(index)
         if text is None:
             text = self._texts[index] = message_text(self.messages[index])
         return text
+
+    def wording(self, index: int) -> bytes:
+        """`_grounding.wording` of a message's text, made once: claims and digit values are both read by wording."""
+        found = self._wordings.get(index)
+        if found is None:
+            found = self._wordings[index] = wording(self.text(index))
+        return found
 
     def calls(self, index: int) -> list[dict[str, Any]]:
         calls = self._calls.get(index)
@@ -482,7 +490,8 @@ class ConversationFacts:
         """Does this turn's reply claim a change (`claims_change`) that no call made since the user's last message?
         The claim is read first: read once per wording, it is the cheaper question, and most replies claim none."""
         text = self.text(turn)
-        return bool(text.strip()) and claims_change(text, acting) and not self.changed_since_user(turn)
+        # (`claims_change` of the text, from its wording)
+        return bool(text.strip()) and _wording_claims(self.wording(turn), acting) and not self.changed_since_user(turn)
 
     def changed_since_user(self, turn: int) -> bool:
         """Did a state-changing or hand-off call that took effect run since the user's last message (this turn's
@@ -500,6 +509,9 @@ class ConversationFacts:
 
     def repeats_failure(self, turn: int, call: Mapping[str, Any]) -> bool:
         """Is this call, same name and same arguments, one that already returned an error before this turn?"""
+        turns = self.assistant_turns
+        if not turns or turn <= turns[0]:
+            return False  # no call came before it (the usual case: a conversation's first call)
         if self._by_name is None:
             self._by_name = {}
             for index in self.assistant_turns:

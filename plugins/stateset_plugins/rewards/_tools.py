@@ -1,4 +1,5 @@
-"""Tool-call helpers shared by `tool_calling` and `nsr`: which tools only read, and which calls took effect."""
+"""Tool-call helpers shared by `tool_calling` and `nsr`: which tools only read, which calls took effect, and a quick
+check of arguments against a simple JSON schema."""
 from __future__ import annotations
 
 import re
@@ -65,3 +66,47 @@ def call_outcome(messages: Sequence[Mapping[str, Any]], turn_index: int, call_id
     if result is None:
         return "unknown"
     return "error" if is_error_result(message_text(result)) else "ok"
+
+
+# JSON schema keywords `simply_valid` decides, and those that only annotate.
+_SIMPLE_KEYWORDS = frozenset(("type", "properties", "required", "additionalProperties", "items", "enum"))
+_ANNOTATIONS = frozenset(("description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
+                          "writeOnly"))
+_TYPES = {"object": lambda v: type(v) is dict, "array": lambda v: type(v) is list, "string": lambda v: type(v) is str,
+          "boolean": lambda v: type(v) is bool, "null": lambda v: v is None,
+          "number": lambda v: type(v) in (int, float),
+          "integer": lambda v: type(v) is int or (type(v) is float and v.is_integer())}
+
+
+def simply_valid(schema: Any, value: Any) -> bool:
+    """True when `value` surely satisfies `schema` using only common keywords (type, properties, required,
+    additionalProperties, items, string enums); False when it fails them or the schema needs more: then the
+    full validator decides (and words the problem). Most tool schemas are this simple, and it is much faster."""
+    if schema is True or schema == {}:
+        return True
+    if type(schema) is not dict or not _SIMPLE_KEYWORDS.issuperset(k for k in schema if k not in _ANNOTATIONS):
+        return False
+    kind = schema.get("type")
+    if kind is not None:
+        kinds = kind if type(kind) is list else [kind]
+        if not any(k in _TYPES and _TYPES[k](value) for k in kinds):
+            return False
+    if "enum" in schema:
+        options = schema["enum"]
+        if type(options) is not list or not all(type(o) is str for o in options) or value not in options:
+            return False
+    if type(value) is dict:
+        properties = schema.get("properties", {})
+        required = schema.get("required", [])
+        extra = schema.get("additionalProperties", True)
+        if type(properties) is not dict or type(required) is not list or not all(k in value for k in required):
+            return False
+        for key, item in value.items():
+            if key in properties:
+                if not simply_valid(properties[key], item):
+                    return False
+            elif extra is not True and not simply_valid(extra, item):
+                return False
+    elif type(value) is list and "items" in schema:
+        return all(simply_valid(schema["items"], item) for item in value)
+    return True

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fractions
 import json
+import marshal
 import re
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
@@ -27,7 +28,7 @@ from stateset_agents import Reward, TurnGrade
 from ._grounding import GroundingIndex, digit_values, readable
 from ._text import parse_arguments
 from ._tool_grounding import PROSE_WORDS, ConversationFacts, enum_values, value_leaves
-from ._tools import declared_tools, name_kind, tool_kind
+from ._tools import declared_tools, name_kind, simply_valid, tool_kind
 
 # A call to the right tool with wrong arguments is worth at most this much: the data ends up wrong anyway.
 NAME_ONLY_CREDIT = 0.5
@@ -148,6 +149,8 @@ class ToolCallingReward(Reward):
         self._read_only = tuple(self.config.get("read_only_tools", ()))
         self._writes = tuple(self.config.get("write_tools", ()))
         self._ordered = frozenset(self.config.get("ordered_arguments", ()))
+        self._declarations: dict[bytes, tuple] = {}  # `_derived_from_tools`
+        self._last_declaration: tuple[bytes | None, tuple | None] = (None, None)
 
     def _kind(self, name: str, declared: Mapping[str, Any]) -> str:
         declaration = declared.get(name)
@@ -255,57 +258,14 @@ def _call_means(checks: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Each per-call check averaged over the calls that have it: the turn's top-level numeric breakdown."""
     if len(checks) == 1:  # the usual turn: one call, whose checks are their own means
         only = checks[0]
-        return {key: _mean((only[key],)) for key in _CALL_CHECKS if key in only}
+        # 0.0 + v is `_mean((v,))` (sum starts from 0, so a -0.0 becomes 0.0 there too), without the calls
+        return {key: 0.0 + only[key] for key in _CALL_CHECKS if key in only}
     means = {}
     for key in _CALL_CHECKS:
         values = [c[key] for c in checks if key in c]
         if values:
             means[key] = _mean(values)
     return means
-
-
-# JSON schema keywords `simply_valid` decides, and those that only annotate.
-_SIMPLE_KEYWORDS = frozenset(("type", "properties", "required", "additionalProperties", "items", "enum"))
-_ANNOTATIONS = frozenset(("description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
-                          "writeOnly"))
-_TYPES = {"object": lambda v: type(v) is dict, "array": lambda v: type(v) is list, "string": lambda v: type(v) is str,
-          "boolean": lambda v: type(v) is bool, "null": lambda v: v is None,
-          "number": lambda v: type(v) in (int, float),
-          "integer": lambda v: type(v) is int or (type(v) is float and v.is_integer())}
-
-
-def simply_valid(schema: Any, value: Any) -> bool:
-    """True when `value` surely satisfies `schema` using only common keywords (type, properties, required,
-    additionalProperties, items, string enums); False when it fails them or the schema needs more: then the
-    full validator decides (and words the problem). Most tool schemas are this simple, and it is much faster."""
-    if schema is True or schema == {}:
-        return True
-    if type(schema) is not dict or not _SIMPLE_KEYWORDS.issuperset(k for k in schema if k not in _ANNOTATIONS):
-        return False
-    kind = schema.get("type")
-    if kind is not None:
-        kinds = kind if type(kind) is list else [kind]
-        if not any(k in _TYPES and _TYPES[k](value) for k in kinds):
-            return False
-    if "enum" in schema:
-        options = schema["enum"]
-        if type(options) is not list or not all(type(o) is str for o in options) or value not in options:
-            return False
-    if type(value) is dict:
-        properties = schema.get("properties", {})
-        required = schema.get("required", [])
-        extra = schema.get("additionalProperties", True)
-        if type(properties) is not dict or type(required) is not list or not all(k in value for k in required):
-            return False
-        for key, item in value.items():
-            if key in properties:
-                if not simply_valid(properties[key], item):
-                    return False
-            elif extra is not True and not simply_valid(extra, item):
-                return False
-    elif type(value) is list and "items" in schema:
-        return all(simply_valid(schema["items"], item) for item in value)
-    return True
 
 
 class _ToolKinds:
@@ -327,6 +287,44 @@ class _ToolKinds:
         return kind
 
 
+# Logs declare the same tools in conversation after conversation. What `_Seen` derives from a declaration (the
+# declared tools, each name's kind, enum options, schema shape and validator: functions of the declaration and the
+# reward's config alone) is kept per declaration, keyed by its `marshal` bytes: marshal writes only exact built-in
+# types, each tagged with its type (1, 1.0 and True, or a list and a tuple, differ), so equal bytes mean the same
+# declaration; anything else (a str subclass or IntEnum, which compare equal to other values) is not cached. The
+# reward holds what it keeps, for as long as it lives (its kinds refer back to it: one cycle per reward, not per
+# conversation).
+_DECLARATIONS_KEPT = 64
+_NAMES_KEPT = 1024  # names judged per declaration (calls may name anything), beyond which it is derived afresh
+
+
+def _derived_from_tools(reward: ToolCallingReward, conversation: Mapping[str, Any]) -> tuple:
+    """(declared tools, kinds, enum options, validators, shapes by name) for the conversation's declaration."""
+    tools = conversation.get("tools")
+    key = None
+    if tools:
+        try:
+            key = marshal.dumps(tools)
+        except ValueError:  # not only built-in types, or nested too deeply
+            pass
+        else:
+            last_key, derived = reward._last_declaration  # most often the previous conversation's: no hashing
+            if key != last_key:
+                derived = reward._declarations.get(key)
+            if derived is not None and max(len(derived[1]._kinds), len(derived[2]), len(derived[4])) < _NAMES_KEPT:
+                reward._last_declaration = (key, derived)
+                return derived
+    # What is kept is derived from a private copy, which no later edit of the caller's conversation can change.
+    declared = declared_tools(conversation if key is None else {"tools": marshal.loads(key)})
+    derived = (declared, _ToolKinds(reward, declared), {}, {}, {})
+    if key is not None:
+        if len(reward._declarations) >= _DECLARATIONS_KEPT:
+            reward._declarations.clear()
+        reward._declarations[key] = derived
+        reward._last_declaration = (key, derived)
+    return derived
+
+
 class _Seen:
     """Within one conversation: tool kinds, enum options and schema checks by tool name, and its facts."""
 
@@ -335,11 +333,8 @@ class _Seen:
     def __init__(self, reward: ToolCallingReward, conversation: Mapping[str, Any]):
         self.reward = reward
         self.messages = conversation["messages"]
-        self.declared = declared_tools(conversation)
-        self.kind = _ToolKinds(reward, self.declared)
-        self._enums: dict[str, frozenset[str]] = {}
-        self._validators: dict[str, Any] = {}
-        self._shapes: dict[str, tuple[Any, Any, Any]] = {}
+        self.declared, self.kind, self._enums, self._validators, self._shapes = _derived_from_tools(reward,
+                                                                                                  conversation)
         self.facts = ConversationFacts(self.messages, self.kind)
 
     def enums(self, name: str) -> frozenset[str]:
@@ -394,11 +389,14 @@ class _ExpectedReplay:
 
     def __init__(self, reward: ToolCallingReward, seen: _Seen, expected: list[Mapping[str, Any]]):
         self.reward, self.seen = reward, seen
-        is_lookup = [seen.kind(e.get("name", "")) == "read" for e in expected]
-        self.required = [e for e, read in zip(expected, is_lookup) if not read]
+        required: list[Mapping[str, Any]] = []
+        lookups: list[Mapping[str, Any]] = []
+        for e in expected:
+            (lookups if seen.kind(e.get("name", "")) == "read" else required).append(e)
+        self.required = required
         # Where writes are expected, their arguments show what the agent looked up, and correct agents look things
         # up in different orders; where none is, nothing else shows that the agent got the facts it answers from.
-        self.lookups = [] if self.required else [e for e, read in zip(expected, is_lookup) if read]
+        self.lookups = [] if required else lookups
         self.outstanding = list(range(len(self.required)))
         self.exact_done: set[int] = set()
         self.lookup_credit = [0.0] * len(self.lookups)
@@ -468,8 +466,12 @@ class _ExpectedReplay:
 
     def _match(self, turn: int, call: Mapping[str, Any], actual: Any, candidates: list[int],
                verdict: dict[str, Any]) -> None:
-        agreement = [(_agreement(actual, self._expected("required", i)), i) for i in candidates]
-        best, index = max(agreement, key=lambda pair: (pair[0], -pair[1]))
+        if len(candidates) == 1:  # the usual case: one expected call of this name is outstanding
+            index = candidates[0]
+            best = _agreement(actual, self._expected("required", index))
+        else:
+            agreement = [(_agreement(actual, self._expected("required", i)), i) for i in candidates]
+            best, index = max(agreement, key=lambda pair: (pair[0], -pair[1]))
         if best == 1.0:
             verdict.update(score=1.0, match="expected call")
             self.exact_done.add(index)
@@ -501,8 +503,9 @@ class _ExpectedReplay:
         verdict["schema"] = 1.0 if violation is None else 2 / 3
         if violation:
             problems.append(violation)
-        verdict.update((k, v) for k, v in self.reward._conduct(self.seen, turn, call, arguments, problems).items()
-                       if k != "values")
+        conduct = self.reward._conduct(self.seen, turn, call, arguments, problems)
+        del conduct["values"]
+        verdict.update(conduct)
         if verdict["kind"] == "read" and "grounded" in verdict:
             # Correct agents look up codes, dates and sums they derived themselves: a lookup's values count
             # once, in the final turn's conduct, not as a fault of their own turn.
@@ -527,7 +530,7 @@ class _ExpectedReplay:
             if turn > last:
                 break
             text = facts.text(turn)
-            values = digit_values(text) if text else ()
+            values = digit_values(text, facts.wording(turn)) if text else ()
             if values:
                 if index is None:
                     index = GroundingIndex(self.seen.messages)
@@ -538,7 +541,7 @@ class _ExpectedReplay:
 
     def _grade(self, turn: int, judged: list[dict[str, Any]], last_turn: bool) -> TurnGrade:
         facts = self.seen.facts
-        claimed = facts.unbacked_claim(turn, acting=bool(judged))
+        claimed = facts.unbacked_claim(turn, bool(judged))
         if not judged and not claimed and not last_turn:  # most turns: nothing to score, nothing to build
             return TurnGrade.not_applicable(_NOTHING_EXPECTED, {"calls": judged})
         items: list[float] = []
@@ -566,7 +569,7 @@ class _ExpectedReplay:
         parts += problems
         breakdown: dict[str, Any] = {}
         if scores:
-            breakdown["expected"] = _mean(scores)
+            breakdown["expected"] = sum(scores) / len(scores)
         if checked:
             breakdown.update(_call_means(checked))
         breakdown["calls"] = judged
@@ -583,7 +586,7 @@ class _ExpectedReplay:
             breakdown["expected_done"] = f"{len(self.exact_done)}/{len(self.required)}"
             if self.lookups:
                 breakdown["lookups"] = sum(self.lookup_credit) / len(self.lookups)
-                parts.append(f"expected lookups made: {sum(c == 1.0 for c in self.lookup_credit)}"
+                parts.append(f"expected lookups made: {self.lookup_credit.count(1.0)}"
                              f"/{len(self.lookups)}")
             parts.append(f"expected calls made exactly: {breakdown['expected_done']}")
             items.append(breakdown["completion"])
@@ -602,6 +605,6 @@ class _ExpectedReplay:
         if not items:
             return TurnGrade.not_applicable(_NOTHING_EXPECTED, breakdown)
         # Conduct breaks ties: of two turns whose expected calls went alike, the cleaner one scores higher.
-        breakdown["conduct"] = _mean(conduct) if conduct else 1.0
-        score = (1 - CONDUCT_WEIGHT) * _mean(items) + CONDUCT_WEIGHT * breakdown["conduct"]
+        breakdown["conduct"] = sum(conduct) / len(conduct) if conduct else 1.0  # (`_mean`, inline: every turn)
+        score = (1 - CONDUCT_WEIGHT) * (sum(items) / len(items)) + CONDUCT_WEIGHT * breakdown["conduct"]
         return TurnGrade(score=score, breakdown=breakdown, reason="; ".join(parts))
