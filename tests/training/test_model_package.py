@@ -32,3 +32,22 @@ def test_a_hosted_backend_is_found_by_its_kind():
     assert info.value.field == "backend"
     with pytest.raises(InputError, match="does not take region"):  # the river package's own check, reached by kind
         hosted.backend_from_spec({"kind": "river", "run_id": "sa-x", "base_model": "m", "region": "eu"}, None, None)
+
+
+def test_wrapping_with_peft_prints_no_deprecation_nobody_can_act_on(tiny):
+    """PEFT reads transformers' deprecated `is_gradient_checkpointing` when it wraps a model; every training and
+    evaluation log used to carry that FutureWarning. Other warnings still pass."""
+    import warnings
+
+    from stateset_plugins.models.backend import InferenceConfig, LocalTorchBackend
+    from stateset_plugins.models.loading import peft_wrapping
+
+    model, tokenizer = tiny
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        LocalTorchBackend(model, tokenizer, InferenceConfig(device="cpu"))
+        with peft_wrapping():
+            warnings.warn("something else", FutureWarning)
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "is_gradient_checkpointing" in m]
+    assert "something else" in messages

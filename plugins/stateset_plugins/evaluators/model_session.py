@@ -108,7 +108,7 @@ class ModelSession:
 
 def load_session(base_model: str | None, adapter: str | None, decoding: Mapping[str, Any]) -> ModelSession:
     from stateset_plugins.models.backend import InferenceConfig, LocalTorchBackend
-    from stateset_plugins.models.loading import load_base_model
+    from stateset_plugins.models.loading import load_base_model, peft_wrapping
     from stateset_plugins.models.rendering import ChatRenderer
 
     model, tokenizer, info = load_base_model(base_model)
@@ -117,7 +117,8 @@ def load_session(base_model: str | None, adapter: str | None, decoding: Mapping[
         from peft import PeftModel
 
         # trainable only because the backend builds an optimizer over trainable weights; nothing is updated
-        model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
+        with peft_wrapping():
+            model = PeftModel.from_pretrained(model, str(adapter), is_trainable=True)
         adapter_info = {"path": str(adapter), "sha256": sha256_file(Path(adapter) / ADAPTER_WEIGHTS)}
     backend = LocalTorchBackend(model, tokenizer, InferenceConfig())
     backend.model.eval()  # no dropout at inference, whatever the adapter was trained with

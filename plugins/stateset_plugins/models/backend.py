@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Protocol
 import torch
 
 from .batch import Batch, Generation, IntegrityError
+from .loading import peft_wrapping
 from .memory import apply_gradient_checkpointing, release_freed_memory
 from .scoring import (  # noqa: F401  (re-exported: the backend's callers and tests name them here)
     COMMON_PREFIX_MIN_TOKENS,
@@ -189,7 +190,8 @@ class LocalTorchBackend:
         self.device = resolve_device(device or getattr(config, "device", "auto"))
         base_path = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
         if not isinstance(model, PeftModel):
-            model = get_peft_model(model, lora_config(config))
+            with peft_wrapping():
+                model = get_peft_model(model, lora_config(config))
         self.model = model.to(self.device)
         install_lean_lora(self.model)
         self.gradient_checkpointing = apply_gradient_checkpointing(self.model, config)

@@ -8,7 +8,10 @@ records the GGUF's sha256 and quantisation.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,16 @@ from stateset_agents.core.jsonio import sha256_file, write_json
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: `--base-model tiny-random`: a tiny randomly initialised model built offline (smoke tests, quickstart --fast).
 TINY_RANDOM = "tiny-random"
+
+
+@contextlib.contextmanager
+def peft_wrapping() -> Iterator[None]:
+    """Wrap a model with PEFT (`get_peft_model`, `PeftModel.from_pretrained`) inside this. PEFT reads transformers'
+    deprecated `is_gradient_checkpointing` when it wraps a model, which printed a FutureWarning into every run's log
+    that no user can act on; that one warning is silenced, only while wrapping."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
 
 
 def cache_root() -> Path:

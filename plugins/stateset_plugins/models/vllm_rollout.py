@@ -28,8 +28,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import torch
-
 from stateset_agents.core.errors import ComponentUnavailable
 
 from .batch import Generation, IntegrityError

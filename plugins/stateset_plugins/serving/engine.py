@@ -31,7 +31,7 @@ import torch
 from stateset_agents.core.errors import InputError
 from stateset_agents.plugin_api.serving import Emit, GenerationRequest, ServerBusy
 from stateset_plugins.models.chat_format import TOOL_CALL_OPEN, parse_assistant
-from stateset_plugins.models.loading import load_base_model
+from stateset_plugins.models.loading import load_base_model, peft_wrapping
 from stateset_plugins.models.rendering import ChatRenderer
 
 DEFAULTS = {"max_batch": 8, "queue_size": 64, "max_prompt_tokens": 2048, "max_new_tokens": 1024,
@@ -116,7 +116,8 @@ class LoraEngine:
             from peft import PeftModel
 
             names = list(self.adapters)
-            model = PeftModel.from_pretrained(model, self.adapters[names[0]], adapter_name=names[0])
+            with peft_wrapping():
+                model = PeftModel.from_pretrained(model, self.adapters[names[0]], adapter_name=names[0])
             for name in names[1:]:
                 model.load_adapter(self.adapters[name], adapter_name=name)
         self.device = resolve_device(str(self.config["device"]))
