@@ -84,7 +84,7 @@ class DigitTemplate:
     def __init__(self, text: str):
         self.cased, self.lowered = tokenise(text)
         self.digit_spans = [(index, match.start(), match.end()) for index, match in enumerate(_TOKEN.finditer(text))
-                            if _ASCII_DIGIT.search(match.group())]
+                            if ASCII_DIGIT.search(match.group())]
 
     def tokenise(self, text: str) -> tuple[list[str], list[str]]:
         """`tokenise(text)` for a text that differs from the template's only in its ASCII digits."""
@@ -95,7 +95,8 @@ class DigitTemplate:
         return cased, lowered
 
 
-_ASCII_DIGIT = re.compile(r"[0-9]")
+#: The digits a text's wording abstracts away (`_grounding.wording`); other scripts' digits stay as they are.
+ASCII_DIGIT = re.compile(r"[0-9]")
 
 
 #: Share of a reply's words in a forbidden word-order pair at which the word-order score reaches 0.

@@ -18,7 +18,7 @@ from stateset_agents import Reward, TurnGrade
 from stateset_agents.plugin_api.text import message_text
 
 from ._grounding import GroundingIndex, mentioned_values, wording
-from ._language import DigitTemplate, TextShape, stems, tokenise
+from ._language import ASCII_DIGIT, DigitTemplate, TextShape, stems, tokenise
 from ._text import AFFIRM, NEGATE, Phrases, affirmed, last_message, tool_calls
 from ._tools import call_outcome, declared_tools, tool_kind
 
@@ -107,7 +107,7 @@ class CustomerSupportReward(Reward):
         # No phrase matches a digit, and a digit is a word character like any other: texts that differ only in their
         # digits ("refund of $149.00 (reference RF-438995)") say the same. A configured phrase with a digit in it
         # ("24/7") breaks that, and then each text is its own wording.
-        self._digit_blind = not any(_DIGIT.search(p) for phrases in self.phrases.values() for p in phrases)
+        self._digit_blind = not any(ASCII_DIGIT.search(p) for phrases in self.phrases.values() for p in phrases)
 
     def _wording(self, text: str) -> bytes | str:
         """The key under which a text's phrase readings are kept: its `_grounding.wording`, or the text itself where
@@ -550,7 +550,6 @@ class _Seen:
 #: Jaccard overlap of word trigrams above which a reply counts as an earlier reply repeated.
 REPEAT_OVERLAP = 0.6
 _QUESTION = re.compile(r"[^.!?\n]*\?")
-_DIGIT = re.compile(r"[0-9]")
 _SENTENCE_END = re.compile(r"(?<=[.!?\n])\s*")
 #: The checks averaged into a text turn's score (safety and fluency scale it instead).
 _QUALITY = ("tone", "escalation", "resolution", "on_track", "grounding", "complete")
