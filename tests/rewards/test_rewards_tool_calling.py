@@ -45,6 +45,19 @@ def test_ordered_arguments_keep_list_order_when_configured():
     assert strict.breakdown["calls"][0]["score"] < 1.0
 
 
+def test_nan_and_infinity_in_arguments_are_graded_not_raised():
+    """json.loads reads NaN and Infinity: a model that writes them gets a grade (no agreement on NaN), and the
+    run does not stop at its line."""
+    expected = [{"name": "refund", "arguments": {"order_id": "A1", "amount": 250}}]
+    reward = ToolCallingReward()
+    for amount, agrees in (("NaN", False), ("Infinity", False), ("250", True)):
+        conv = conversation([user("refund A1, 250"),
+                             assistant(None, [refund_call('{"order_id": "A1", "amount": %s}' % amount)])],
+                            TOOLS, expected_tool_calls=expected)
+        call = reward.grade_turn(conv, 1).breakdown["calls"][0]
+        assert (call["score"] == 1.0) is agrees, (amount, call)
+
+
 def test_wrong_arguments_get_partial_credit_and_missing_calls_cost_completion():
     expected = [{"name": "refund", "arguments": {"order_id": "A1", "amount": 250}}]
     conv = conversation([

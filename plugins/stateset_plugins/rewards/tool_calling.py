@@ -17,6 +17,7 @@ from __future__ import annotations
 import fractions
 import json
 import marshal
+import math
 import re
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
@@ -58,6 +59,8 @@ def normalise(value: Any, ordered: frozenset[str] = frozenset(), key: str | None
         return value
     if kind is float and value.is_integer() and abs(value) < _EXACT_INTS:
         return int(value)  # what Fraction(str(value)) gives for a whole float written without an exponent
+    if isinstance(value, float) and not math.isfinite(value):
+        return value  # json.loads reads NaN and Infinity in arguments: NaN agrees with nothing, an infinity with itself
     if isinstance(value, (int, float)):
         return _whole(Fraction(str(value)))  # 250 == 250.0, and no float noise
     if isinstance(value, str):
