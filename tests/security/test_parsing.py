@@ -102,8 +102,18 @@ UNSAFE = {
 }
 
 
+# The exceptions, each with why it loads nothing from data.
+ALLOWED = {
+    "plugins/stateset_plugins/rewards/tool_calling.py: pickle":
+        "marshal.dumps keys tool declarations in memory (exact, type-tagged bytes); nothing is ever loaded from it",
+}
+
+
 def test_no_source_file_loads_pickle_unsafe_yaml_or_unfiltered_archives():
     assert len(SOURCES) > 100
     found = [f"{p.relative_to(ROOT)}: {what}" for p in SOURCES for what, pattern in UNSAFE.items()
              if pattern.search(p.read_text(encoding="utf-8"))]
-    assert found == []
+    assert sorted(set(found) - set(ALLOWED)) == []
+    for exception in ALLOWED:  # an allowed module still loads nothing: no *.load/loads of what it imports
+        text = (ROOT / exception.split(":")[0]).read_text(encoding="utf-8")
+        assert not re.search(r"\b(c?pickle|dill|cloudpickle|joblib|shelve|marshal)\.loads?\(", text), exception

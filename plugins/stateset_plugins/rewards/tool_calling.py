@@ -14,6 +14,7 @@ the conversation itself live in `_tool_grounding`.
 """
 from __future__ import annotations
 
+import copy
 import fractions
 import json
 import marshal
@@ -318,7 +319,7 @@ def _derived_from_tools(reward: ToolCallingReward, conversation: Mapping[str, An
                 reward._last_declaration = (key, derived)
                 return derived
     # What is kept is derived from a private copy, which no later edit of the caller's conversation can change.
-    declared = declared_tools(conversation if key is None else {"tools": marshal.loads(key)})
+    declared = declared_tools(conversation if key is None else {"tools": copy.deepcopy(tools)})
     derived = (declared, _ToolKinds(reward, declared), {}, {}, {})
     if key is not None:
         if len(reward._declarations) >= _DECLARATIONS_KEPT:
