@@ -168,8 +168,10 @@ class Reward(Component):
         rows: list[dict[str, Any]] = []
         for item in items:
             conv = item.conversation
-            if item.turns is None:
-                turns = assistant_turns(conv)  # assistant turns by construction: nothing to check
+            if item.turns is None:  # every assistant turn: nothing to check
+                # the caller's list of them where it found them already (a copy: the reward may change its own)
+                found = item.assistant_turns
+                turns = assistant_turns(conv) if found is None else list(found)
             else:
                 turns = list(item.turns)
                 messages = conv.get("messages") or ()

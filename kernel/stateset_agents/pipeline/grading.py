@@ -140,11 +140,14 @@ class Tally:
         if isinstance(breakdown, dict):
             checks = self.checks
             for key, value in breakdown.items():
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    acc = checks.get(key)
-                    if acc is None:
-                        acc = checks[key] = []
-                    acc.append(float(value))
+                kind = type(value)
+                # an exact float first (most checks are), then any other number; lists, strings and None are not
+                if kind is float or (kind is not str and isinstance(value, (int, float))):
+                    if math.isfinite(value):
+                        acc = checks.get(key)
+                        if acc is None:
+                            acc = checks[key] = []
+                        acc.append(value if kind is float else float(value))
 
     def fold(self, at_least: int = FOLD) -> None:
         """Fold the buffered values of every check holding at least `at_least` of them (called once a batch)."""
