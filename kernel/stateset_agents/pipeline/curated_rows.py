@@ -61,13 +61,21 @@ _ROLE_HEADS = {role: b'{"role":' + dumps(role) + b',"content":'
 _PLAIN_TAIL = b',"tool_calls":null,"tool_call_id":null,"name":null}'
 
 
+_NO_CALLS_ID = b',"tool_calls":null,"tool_call_id":'
+
+
 def _message_json(m: Mapping[str, Any]) -> tuple[bytes, int]:
-    """`dumps(normalise_message(m))` and its `_message_bits`; a plain message without building the dict."""
+    """`dumps(normalise_message(m))` and its `_message_bits`; a plain message, or a tool result that names its call
+    (and tool) with strings, without building the dict."""
     head = _ROLE_HEADS.get(m["role"])
     content = m.get("content")
-    if (head is not None and content.__class__ is str and not m.get("tool_calls") and m.get("tool_call_id") is None
-            and m.get("name") is None):
-        return head + dumps(content) + _PLAIN_TAIL, 0
+    if head is not None and content.__class__ is str and not m.get("tool_calls"):
+        call_id, name = m.get("tool_call_id"), m.get("name")
+        if call_id is None and name is None:
+            return head + dumps(content) + _PLAIN_TAIL, 0
+        if call_id.__class__ is str and (name is None or name.__class__ is str):
+            return (b"".join((head, dumps(content), _NO_CALLS_ID, dumps(call_id), b',"name":',
+                              b"null}" if name is None else dumps(name) + b"}")), 2 if name is None else 6)
     norm = normalise_message(m)
     return dumps(norm), _message_bits(norm)
 
