@@ -64,12 +64,34 @@ _PLAIN_TAIL = b',"tool_calls":null,"tool_call_id":null,"name":null}'
 _NO_CALLS_ID = b',"tool_calls":null,"tool_call_id":'
 
 
+def _plain_calls_json(calls: list) -> bytes | None:
+    """`dumps` of the normalised calls where each is already in normal form (`_tool_call` of it changes nothing:
+    exact dicts, non-empty string id, type and name, string arguments), else None."""
+    plain = []
+    for call in calls:
+        fn = call.get("function") if call.__class__ is dict else None
+        if fn.__class__ is not dict:
+            return None
+        call_id, kind, name, arguments = call.get("id"), call.get("type"), fn.get("name"), fn.get("arguments")
+        if not (call_id and kind and name and call_id.__class__ is str and kind.__class__ is str
+                and name.__class__ is str and arguments.__class__ is str):
+            return None
+        plain.append({"id": call_id, "type": kind, "function": {"name": name, "arguments": arguments}})
+    return dumps(plain)
+
+
 def _message_json(m: Mapping[str, Any]) -> tuple[bytes, int]:
     """`dumps(normalise_message(m))` and its `_message_bits`; a plain message, or a tool result that names its call
     (and tool) with strings, without building the dict."""
     head = _ROLE_HEADS.get(m["role"])
     content = m.get("content")
-    if head is not None and content.__class__ is str and not m.get("tool_calls"):
+    calls = m.get("tool_calls")
+    if calls and head is not None and calls.__class__ is list and m.get("tool_call_id") is None and m.get("name") is None:
+        calls_json = _plain_calls_json(calls)
+        if calls_json is not None:  # the usual assistant message that calls tools
+            return b"".join((head, dumps(content_text(content)), b',"tool_calls":', calls_json,
+                             b',"tool_call_id":null,"name":null}')), 1
+    if head is not None and content.__class__ is str and not calls:
         call_id, name = m.get("tool_call_id"), m.get("name")
         if call_id is None and name is None:
             return head + dumps(content) + _PLAIN_TAIL, 0
