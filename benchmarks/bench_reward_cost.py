@@ -1,11 +1,13 @@
 """Benchmark: what a change to the rewards costs. `improve run` in process on the same ingested log, with this
 tree's rewards and with a baseline revision's, alternated, each reward `--repeats` times; the ratio of median CPU
-times (this tree over the baseline) is the figure. Both sides run the same kernel code path and input; only the
-source tree on the import path differs (the baseline's `kernel/` and `plugins/`, exported with `git archive`).
+times (this tree over the baseline) is the figure, with the median of the per-pair ratios beside it. Both sides
+run the same kernel code path and input; only the source tree on the import path differs (the baseline's `kernel/`
+and `plugins/`, exported with `git archive`).
 
     python benchmarks/bench_reward_cost.py --baseline 683fc84 [--n 100000] [--repeats 3]
 
-Target (issue 13): every reward's ratio <= 1.5. Results: benchmarks/results/reward_cost.json, and a table.
+Target (issue 13): every reward's ratio <= 1.5, by both figures. Results: benchmarks/results/reward_cost.json, and
+a table.
 """
 from __future__ import annotations
 
@@ -85,12 +87,17 @@ def main() -> None:
                     runs[side].append(timed_improve(tree if side == "baseline" else None, ingest_dir, reward,
                                                     args.work / f"cost_{reward}_{side}", policy))
             cpu = {side: statistics.median(r["cpu_s"] for r in runs[side]) for side in runs}
+            # Each pair ran back to back, so it met the same spell of load: its ratio is the paired figure, reported
+            # beside the ratio of medians (the target must hold for both).
+            pairs = [now["cpu_s"] / before["cpu_s"] for before, now in zip(runs["baseline"], runs["current"])]
             rows.append({"reward": reward, "baseline_cpu_s": cpu["baseline"], "current_cpu_s": cpu["current"],
-                         "ratio": cpu["current"] / cpu["baseline"],
+                         "ratio": cpu["current"] / cpu["baseline"], "pair_ratios": pairs,
+                         "median_pair_ratio": statistics.median(pairs),
                          "runs": {side: [{"cpu_s": r["cpu_s"], "seconds": r["seconds"], "rss_mb": r["rss_mb"]}
                                          for r in runs[side]] for side in runs}})
     result = {"benchmark": "reward_cost", "baseline": revision, "n": args.n, "repeats": args.repeats,
-              "target_ratio": TARGET, "met": all(r["ratio"] <= TARGET for r in rows),
+              "target_ratio": TARGET,
+              "met": all(max(r["ratio"], r["median_pair_ratio"]) <= TARGET for r in rows),
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                           "platform": platform.platform()},
               "rows": rows}
@@ -98,9 +105,10 @@ def main() -> None:
     tmp_out = args.output.with_suffix(".tmp")
     tmp_out.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp_out, args.output)
-    print(f"{'reward':<18}{'baseline CPU s':>16}{'this tree CPU s':>17}{'ratio':>8}")
+    print(f"{'reward':<18}{'baseline CPU s':>16}{'this tree CPU s':>17}{'ratio':>8}{'pairs, median':>15}")
     for r in rows:
-        print(f"{r['reward']:<18}{r['baseline_cpu_s']:>16.2f}{r['current_cpu_s']:>17.2f}{r['ratio']:>8.2f}")
+        print(f"{r['reward']:<18}{r['baseline_cpu_s']:>16.2f}{r['current_cpu_s']:>17.2f}{r['ratio']:>8.2f}"
+              f"{r['median_pair_ratio']:>15.2f}")
     print(f"target <= {TARGET}: {'met' if result['met'] else 'NOT met'}; wrote {args.output}")
 
 
