@@ -30,7 +30,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
-from stateset_agents.plugin_api.text import message_text
+from stateset_agents.plugin_api.text import content_text, message_text
 
 from ._language import known_word
 
@@ -140,12 +140,18 @@ def digit_values(text: str, text_wording: bytes | None = None) -> list[str]:
     """The values of `mentioned_values` that are written with digits (numbers, amounts, dates, times, ids such as
     "HAT001"), without reading the text's words: a text with no digit costs one search. Capitalised codes and
     names written without digits ("JFK", "Mia") are left out. `text_wording`: its `wording`, when the caller has it."""
-    if not _HAS_DIGIT(text):
+    if text_wording is None:
+        if not _HAS_DIGIT(text):
+            return []
+        text_wording = wording(text)
+    elif b"0" not in text_wording and text_wording.isascii():
+        return []  # no ASCII digit (each is "0" in the wording) in an ASCII text: no digit at all, found in C
+    elif not _HAS_DIGIT(text):
         return []
     # Where a text's values are and how each is read depends only on which of its characters are digits, never on
     # which digits they are (every pattern here says \d, never a particular digit): texts that differ only in
     # their ASCII digits ("refund of $149.00 (reference RF-438995)") share a plan, found once per wording.
-    return _values(_wording_plan(wording(text) if text_wording is None else text_wording), text)
+    return _values(_wording_plan(text_wording), text)
 
 
 _ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
@@ -411,7 +417,8 @@ class GroundingIndex:
         roles, ends = self.roles, self._ends
         for message in self.messages[self._indexed_to:before]:
             if message.get("role") in roles:
-                piece = message_text(message).lower()
+                content = message.get("content")  # (`message_text`, inline)
+                piece = (content if content.__class__ is str else content_text(content)).lower()
                 pieces.append(piece)
                 length += len(piece) + 1
             ends.append(length)
@@ -446,7 +453,21 @@ class GroundingIndex:
         if not distinct:
             return 1.0, []
         end = self._context_end(before)
-        grounded = [v for v in distinct if self._grounded(v, end)]
+        # `_grounded` of each value, inline (a call per value cost as much as the look-up)
+        found_at, scanned_to, text = self._found, self._scanned, self._text
+        grounded = []
+        for value in distinct:
+            found = found_at.get(value)
+            if found is None:
+                scanned = scanned_to.get(value, 0)
+                if scanned < end:
+                    hit = first_grounding(value, text, max(0, scanned - 32), end)
+                    if hit >= 0:
+                        found_at[value] = found = hit
+                    else:
+                        scanned_to[value] = end
+            if found is not None and found <= end:
+                grounded.append(value)
         total = float(len(grounded))
         invented = []
         if len(grounded) < len(distinct):

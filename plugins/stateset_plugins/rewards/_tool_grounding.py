@@ -17,7 +17,7 @@ import orjson
 
 from stateset_agents.plugin_api.text import message_text
 
-from ._grounding import wording
+from ._grounding import digit_values, wording
 from ._text import (AFFIRM, NEGATE, Phrases, affirmed, is_error_result, parse_arguments, phrases, tool_calls,
                     tool_result)
 
@@ -364,6 +364,18 @@ class ConversationFacts:
             found = self._wordings[index] = wording(self.text(index))
         return found
 
+    def digit_values(self, index: int) -> list[str]:
+        """`_grounding.digit_values` of a message's text, read by its wording ([] for no text)."""
+        text = self._texts.get(index)  # (`text` and `wording`, inline)
+        if text is None:
+            text = self.text(index)
+        if not text:
+            return []
+        text_wording = self._wordings.get(index)
+        if text_wording is None:
+            text_wording = self._wordings[index] = wording(text)
+        return digit_values(text, text_wording)
+
     def calls(self, index: int) -> list[dict[str, Any]]:
         calls = self._calls.get(index)
         if calls is None:
@@ -409,14 +421,17 @@ class ConversationFacts:
         roles = self.roles
         pieces = []
         length = len(corpus.text)
+        texts = self._texts
         for index in range(len(corpus.ends) - 1, before):
             role = roles[index]
             piece = None
             if sources != "endorsed":
                 if role == "user":
-                    piece = " ".join(self.text(index).split()).lower()
+                    text = texts.get(index)  # (`text`, inline)
+                    piece = " ".join((self.text(index) if text is None else text).split()).lower()
                 elif role == "tool" and sources == "all":
-                    piece = self.text(index).lower()
+                    text = texts.get(index)
+                    piece = (self.text(index) if text is None else text).lower()
             elif role == "assistant" and self.text(index).strip():
                 corpus.pending = index
             elif role == "user":
@@ -489,9 +504,16 @@ class ConversationFacts:
     def unbacked_claim(self, turn: int, acting: bool) -> bool:
         """Does this turn's reply claim a change (`claims_change`) that no call made since the user's last message?
         The claim is read first: read once per wording, it is the cheaper question, and most replies claim none."""
-        text = self.text(turn)
+        text = self._texts.get(turn)  # (`text` and `wording`, inline: asked of every turn)
+        if text is None:
+            text = self.text(turn)
+        if not text.strip():
+            return False
+        text_wording = self._wordings.get(turn)
+        if text_wording is None:
+            text_wording = self._wordings[turn] = wording(text)
         # (`claims_change` of the text, from its wording)
-        return bool(text.strip()) and _wording_claims(self.wording(turn), acting) and not self.changed_since_user(turn)
+        return _wording_claims(text_wording, acting) and not self.changed_since_user(turn)
 
     def changed_since_user(self, turn: int) -> bool:
         """Did a state-changing or hand-off call that took effect run since the user's last message (this turn's

@@ -27,7 +27,7 @@ from typing import Any
 
 from stateset_agents import Reward, TurnGrade
 
-from ._grounding import GroundingIndex, digit_values, readable
+from ._grounding import GroundingIndex, readable
 from ._text import parse_arguments
 from ._tool_grounding import PROSE_WORDS, ConversationFacts, enum_values, value_leaves
 from ._tools import declared_tools, name_kind, simply_valid, tool_kind
@@ -533,8 +533,7 @@ class _ExpectedReplay:
         for turn in facts.assistant_turns:
             if turn > last:
                 break
-            text = facts.text(turn)
-            values = digit_values(text, facts.wording(turn)) if text else ()
+            values = facts.digit_values(turn)
             if values:
                 if index is None:
                     index = GroundingIndex(self.seen.messages)
@@ -547,7 +546,8 @@ class _ExpectedReplay:
         facts = self.seen.facts
         claimed = facts.unbacked_claim(turn, bool(judged))
         if not judged and not claimed and not last_turn:  # most turns: nothing to score, nothing to build
-            return TurnGrade.not_applicable(_NOTHING_EXPECTED, {"calls": judged})
+            # (`TurnGrade.not_applicable`, inline)
+            return TurnGrade(score=0.0, applicable=False, breakdown={"calls": judged}, reason=_NOTHING_EXPECTED)
         items: list[float] = []
         scores: list[float] = []
         conduct: list[float] = []
