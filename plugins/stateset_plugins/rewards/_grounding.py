@@ -144,10 +144,9 @@ def digit_values(text: str, text_wording: bytes | None = None) -> list[str]:
         if not _HAS_DIGIT(text):
             return []
         text_wording = wording(text)
-    elif b"0" not in text_wording and text_wording.isascii():
-        return []  # no ASCII digit (each is "0" in the wording) in an ASCII text: no digit at all, found in C
-    elif not _HAS_DIGIT(text):
-        return []
+    elif b"0" not in text_wording:  # no ASCII digit (each is "0" in the wording, and a UTF-8 "0" is only that)
+        if text_wording.isascii() or not _HAS_DIGIT(text):  # (another digit only in a non-ASCII text)
+            return []
     # Where a text's values are and how each is read depends only on which of its characters are digits, never on
     # which digits they are (every pattern here says \d, never a particular digit): texts that differ only in
     # their ASCII digits ("refund of $149.00 (reference RF-438995)") share a plan, found once per wording.
@@ -351,7 +350,8 @@ def first_grounding(value: str, text: str, start: int, end: int) -> int:
         if len(body) > 3:
             # The separated form can only come first if it ends before the plain one does (the two never end at
             # the same place: the plain one's last characters are digits where the other has a separator).
-            separated = f"{int(body):,}"
+            # f"{int(body):,}", which for up to six digits (no leading zero) is one comma before the last three
+            separated = body[:-3] + "," + body[-3:] if len(body) <= 6 else f"{int(body):,}"
             stop = end if best < 0 else best
             if text.find(separated, start, stop) >= 0:  # rarely written so: look before judging the boundaries
                 found = _occurs(separated, text, True, False, start, stop)

@@ -315,7 +315,8 @@ def _derived_from_tools(reward: ToolCallingReward, conversation: Mapping[str, An
             last_key, derived = reward._last_declaration  # most often the previous conversation's: no hashing
             if key != last_key:
                 derived = reward._declarations.get(key)
-            if derived is not None and max(len(derived[1]._kinds), len(derived[2]), len(derived[4])) < _NAMES_KEPT:
+            if derived is not None and len(derived[1]._kinds) < _NAMES_KEPT and len(derived[2]) < _NAMES_KEPT \
+                    and len(derived[4]) < _NAMES_KEPT:
                 reward._last_declaration = (key, derived)
                 return derived
     # What is kept is derived from a private copy, which no later edit of the caller's conversation can change.
@@ -395,16 +396,19 @@ class _ExpectedReplay:
         self.reward, self.seen = reward, seen
         required: list[Mapping[str, Any]] = []
         lookups: list[Mapping[str, Any]] = []
+        kind = seen.kind
         for e in expected:
-            (lookups if seen.kind(e.get("name", "")) == "read" else required).append(e)
+            (lookups if kind(e.get("name", "")) == "read" else required).append(e)
         self.required = required
         # Where writes are expected, their arguments show what the agent looked up, and correct agents look things
         # up in different orders; where none is, nothing else shows that the agent got the facts it answers from.
-        self.lookups = [] if required else lookups
-        self.outstanding = list(range(len(self.required)))
+        if required:
+            lookups = []
+        self.lookups = lookups
+        self.outstanding = list(range(len(required)))
         self.exact_done: set[int] = set()
-        self.lookup_credit = [0.0] * len(self.lookups)
-        self.lookup_names = {e.get("name") for e in self.lookups}
+        self.lookup_credit = [0.0] * len(lookups)
+        self.lookup_names = {e.get("name") for e in lookups} if lookups else set()
         self.lookups_grounded: list[float] = []
         self._normalised: dict[tuple[str, int], Any] = {}
 
