@@ -53,6 +53,15 @@ def test_only_what_came_before_the_turn_grounds_it():
     assert index.credit(["id:qz104"], 1) == (0.0, ["id:qz104"])  # graded out of order: still the prefix only
 
 
+def test_the_index_context_is_the_grounding_text_before_the_turn_on_the_first_call_too():
+    messages = [user("Order QZ104, please"), assistant("Looking."), tool("c1", '{"order": "QZ104"}'),
+                assistant("Order QZ104 ships today.")]
+    assert "id:qz104" in GroundingIndex(messages).context(1)  # a fresh index: the user's message is there
+    index = GroundingIndex(messages)
+    for before in (3, 1, 4, 0):  # the same text as the one-off context, each piece closed by a newline
+        assert index.context(before).text.rstrip("\n") == context_values(messages, before).text
+
+
 def test_arithmetic_on_stated_grounded_numbers_earns_half_credit():
     messages = [tool("c1", '{"fare": 300, "bag": 50}')]
     index = GroundingIndex(messages)

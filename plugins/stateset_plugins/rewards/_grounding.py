@@ -445,7 +445,8 @@ class GroundingIndex:
         return found is not None and found <= end
 
     def context(self, before: int) -> Context:
-        return Context(self._text[:self._context_end(before)])
+        end = self._context_end(before)  # first: it extends the text the slice reads
+        return Context(self._text[:end])
 
     def credit(self, values: Iterable[str], before: int) -> tuple[float, list[str]]:
         """Mean credit over distinct values (1 grounded, 0.5 derived, 0 invented) and the invented ones."""
