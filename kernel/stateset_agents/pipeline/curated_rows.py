@@ -86,7 +86,8 @@ def _message_json(m: Mapping[str, Any]) -> tuple[bytes, int]:
     head = _ROLE_HEADS.get(m["role"])
     content = m.get("content")
     calls = m.get("tool_calls")
-    if calls and head is not None and calls.__class__ is list and m.get("tool_call_id") is None and m.get("name") is None:
+    if (calls and head is not None and calls.__class__ is list and m.get("tool_call_id") is None
+            and m.get("name") is None):
         calls_json = _plain_calls_json(calls)
         if calls_json is not None:  # the usual assistant message that calls tools
             return b"".join((head, dumps(content_text(content)), b',"tool_calls":', calls_json,

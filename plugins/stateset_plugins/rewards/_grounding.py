@@ -30,7 +30,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Iterable, Mapping, Sequence
 
-from stateset_agents.plugin_api.text import content_text, message_text
+from stateset_agents.plugin_api.text import message_text
 
 from ._language import known_word
 
@@ -417,8 +417,7 @@ class GroundingIndex:
         roles, ends = self.roles, self._ends
         for message in self.messages[self._indexed_to:before]:
             if message.get("role") in roles:
-                content = message.get("content")  # (`message_text`, inline)
-                piece = (content if content.__class__ is str else content_text(content)).lower()
+                piece = message_text(message).lower()
                 pieces.append(piece)
                 length += len(piece) + 1
             ends.append(length)
@@ -454,21 +453,7 @@ class GroundingIndex:
         if not distinct:
             return 1.0, []
         end = self._context_end(before)
-        # `_grounded` of each value, inline (a call per value cost as much as the look-up)
-        found_at, scanned_to, text = self._found, self._scanned, self._text
-        grounded = []
-        for value in distinct:
-            found = found_at.get(value)
-            if found is None:
-                scanned = scanned_to.get(value, 0)
-                if scanned < end:
-                    hit = first_grounding(value, text, max(0, scanned - 32), end)
-                    if hit >= 0:
-                        found_at[value] = found = hit
-                    else:
-                        scanned_to[value] = end
-            if found is not None and found <= end:
-                grounded.append(value)
+        grounded = [v for v in distinct if self._grounded(v, end)]
         total = float(len(grounded))
         invented = []
         if len(grounded) < len(distinct):

@@ -366,15 +366,8 @@ class ConversationFacts:
 
     def digit_values(self, index: int) -> list[str]:
         """`_grounding.digit_values` of a message's text, read by its wording ([] for no text)."""
-        text = self._texts.get(index)  # (`text` and `wording`, inline)
-        if text is None:
-            text = self.text(index)
-        if not text:
-            return []
-        text_wording = self._wordings.get(index)
-        if text_wording is None:
-            text_wording = self._wordings[index] = wording(text)
-        return digit_values(text, text_wording)
+        text = self.text(index)
+        return digit_values(text, self.wording(index)) if text else []
 
     def calls(self, index: int) -> list[dict[str, Any]]:
         calls = self._calls.get(index)
@@ -421,17 +414,14 @@ class ConversationFacts:
         roles = self.roles
         pieces = []
         length = len(corpus.text)
-        texts = self._texts
         for index in range(len(corpus.ends) - 1, before):
             role = roles[index]
             piece = None
             if sources != "endorsed":
                 if role == "user":
-                    text = texts.get(index)  # (`text`, inline)
-                    piece = " ".join((self.text(index) if text is None else text).split()).lower()
+                    piece = " ".join(self.text(index).split()).lower()
                 elif role == "tool" and sources == "all":
-                    text = texts.get(index)
-                    piece = (self.text(index) if text is None else text).lower()
+                    piece = self.text(index).lower()
             elif role == "assistant" and self.text(index).strip():
                 corpus.pending = index
             elif role == "user":
@@ -504,16 +494,9 @@ class ConversationFacts:
     def unbacked_claim(self, turn: int, acting: bool) -> bool:
         """Does this turn's reply claim a change (`claims_change`) that no call made since the user's last message?
         The claim is read first: read once per wording, it is the cheaper question, and most replies claim none."""
-        text = self._texts.get(turn)  # (`text` and `wording`, inline: asked of every turn)
-        if text is None:
-            text = self.text(turn)
-        if not text.strip():
-            return False
-        text_wording = self._wordings.get(turn)
-        if text_wording is None:
-            text_wording = self._wordings[turn] = wording(text)
         # (`claims_change` of the text, from its wording)
-        return _wording_claims(text_wording, acting) and not self.changed_since_user(turn)
+        return (bool(self.text(turn).strip()) and _wording_claims(self.wording(turn), acting)
+                and not self.changed_since_user(turn))
 
     def changed_since_user(self, turn: int) -> bool:
         """Did a state-changing or hand-off call that took effect run since the user's last message (this turn's
