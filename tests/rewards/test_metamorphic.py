@@ -18,16 +18,20 @@ from stateset_agents.core.runtimes import load_component
 
 TARGET = 0.9
 # Known short of the target, guarded at what it measures so that it cannot fall further unnoticed; raise the floor
-# when the reward improves. None now: with expected calls, tool_calling 2.2.0 judges what replies state against the
-# context (in the final turn's conduct), so a lookup removed before a reply that states its result no longer ties.
-OPEN: dict[tuple[str, str], float] = {}
+# when the reward improves.
+OPEN: dict[tuple[str, str], float] = {
+    # nsr 1.3.0 (policy 1.5) reads claims as tool_calling does and weighs an unbacked one as two breaches (0.625 ->
+    # 0.875): a write removed and claimed still scores at least its original where the write itself broke two or
+    # more rules (a conversation scores the mean of its turns, and the faulty write's turn goes with the write).
+    ("nsr, airline policy", "claimed_action"): 0.85,
+}
 MIN_APPLIED = 30  # a win rate over fewer conversations says little: the test fails rather than passes vacuously
 SEED = 0
 
 TEXT_KINDS = ("shuffled_words", "foreign_reply", "looped_sentence", "insult_added", "ungrounded_numbers",
               "claimed_action", "empty_reply", "truncated_reply")
 CALL_KINDS = ("claimed_action", "ungrounded_argument", "renamed_call", "repeated_call", "skipped_lookup")
-DECISION_KINDS = ("ungrounded_argument", "renamed_call")
+DECISION_KINDS = ("ungrounded_argument", "renamed_call", "claimed_action", "repeated_call")
 
 # (label, reward, with expected calls, needs the airline policy, kinds, only copies that touch a decision)
 SETUPS = (

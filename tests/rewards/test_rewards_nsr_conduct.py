@@ -222,6 +222,37 @@ def test_airline_claimed_change_needs_a_write_that_took_effect(airline_policy):
     assert key not in reward.grade_turn(done, len(done["messages"]) - 1).breakdown
 
 
+def test_turn_claims_and_verb():
+    """`turn_claims()`: the change verbs a reply asserts as done, however English says it; `verb(tool)`: a tool's."""
+    claims = {**SHOP, "rules": [{"id": "said", "decision": "reply", "when": "turn_claims()",
+                                 "require": "all(any(verb(w) == v for w in ['refund_order']) for v in turn_claims())"}]}
+    reward = NSRReward({"policy": claims})
+
+    def verdict(text):
+        return reward.grade_turn(conversation([user("Hi"), assistant(text)]), 1).breakdown.get("said@turn")
+
+    assert verdict("I went ahead and refunded the order.") == "kept"
+    assert verdict("The order was refunded just now, as requested.") == "kept"
+    assert verdict("Your order is now cancelled.") == "broken"  # a verb no listed tool has
+    assert verdict("Done! I've refunded AB12 and I've cancelled the order.") == "broken"  # one claim unbacked
+    for none in ("Once it has been refunded you will get an email.", "It cannot be cancelled.",
+                 "Shall I refund the order?", "The order has already been refunded."):
+        assert verdict(none) is None, none  # a condition, a negation, a question, a fact found: no claim
+
+
+def test_airline_a_claim_is_backed_by_a_write_of_its_kind(airline_policy):
+    key = "claims-backed-by-a-write@turn"
+    reward = NSRReward({"policy": airline_policy})
+    done = _answered(_change_conversation(_SAME_FLIGHTS), '{"reservation_id": "R1"}')
+    later = done["messages"] + [assistant("Anything else?"), user("No, thanks.")]
+    repeated = conversation(later + [assistant("You're welcome: your reservation has been updated.")])
+    assert key not in reward.grade_turn(repeated, len(repeated["messages"]) - 1).breakdown  # a report repeated
+    other = conversation(later + [assistant("You're welcome: I've cancelled the reservation as well.")])
+    graded = reward.grade_turn(other, len(other["messages"]) - 1)
+    assert graded.breakdown[key] == "broken"  # only an update took effect, so a cancellation is no report
+    assert graded.score == 0.25  # weight 2: the change not made, and the user told it was
+
+
 def test_airline_no_write_repeated_unchanged(airline_policy):
     key = "no-repeated-write@update_reservation_flights"
     first = _change_conversation(_SAME_FLIGHTS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any, Callable
@@ -147,18 +147,38 @@ def _wording_claims(text_wording: bytes, acting: bool) -> bool:
 def _claims(text: str, acting: bool) -> bool:
     """`claims_change`, read from the text itself."""
     promised = False
+    for words, at in _asserted_verbs(text):
+        token, lead = words[at], words[:at]
+        if token in _PASTS and _done_at(words, at, lead):
+            return True
+        promised = promised or (not acting and _promised_at(token, lead))
+    return promised and not _ASKS_GO_AHEAD.search(text)
+
+
+_BASE_OF_PAST = {past: base for base, past, _ in _CHANGE_VERBS}
+
+
+def claimed_changes(text: str) -> frozenset[str]:
+    """The changes a reply says were made, as the base forms of their verbs ("I've cancelled it and the refund has
+    been issued" -> {"cancel", "issue"}), read as `claims_change` reads a claim; a promise is not among them."""
+    return _wording_changes(wording(text))
+
+
+@lru_cache(maxsize=4096)
+def _wording_changes(text_wording: bytes) -> frozenset[str]:
+    return frozenset(_BASE_OF_PAST[words[at]] for words, at in _asserted_verbs(
+        text_wording.decode("utf-8", "surrogatepass")) if words[at] in _PASTS and _done_at(words, at, words[:at]))
+
+
+def _asserted_verbs(text: str) -> Iterator[tuple[list[str], int]]:
+    """Each change verb of the text that a clause asserts, in order: (its clause's lower-cased words, its place);
+    none under a condition, modal or negation opening the six words before it."""
     for words in _clauses(text.lower().replace("\u2019", "'")):
         if _VERB_FORMS.isdisjoint(words):
             continue
         for at in [at for at, word in enumerate(words) if word in _VERB_FORMS]:  # only the verbs, in order
-            token = words[at]
-            lead = words[:at]
-            if not _SUBORDINATE.isdisjoint(lead[-6:]):
-                continue
-            if token in _PASTS and _done_at(words, at, lead):
-                return True
-            promised = promised or (not acting and _promised_at(token, lead))
-    return promised and not _ASKS_GO_AHEAD.search(text)
+            if _SUBORDINATE.isdisjoint(words[max(0, at - 6):at]):
+                yield words, at
 
 
 # ASCII text is cut into clauses and words by one byte translation: clause breaks to "\n", every other character

@@ -22,7 +22,8 @@ _WORD_BREAK = re.compile(r"[_\-.\s]|(?<=[a-z])(?=[A-Z])")
 
 
 @lru_cache(maxsize=4096)
-def _first_word(tool_name: str) -> str:
+def tool_verb(tool_name: str) -> str:
+    """A tool name's first word, lower-cased: its verb ("cancel_reservation", "cancelReservation" -> "cancel")."""
     return _WORD_BREAK.split(tool_name, maxsplit=1)[0].lower()
 
 
@@ -46,7 +47,7 @@ def tool_kind(name: str, declaration: Mapping[str, Any] | None = None, *,
     hints = (declaration or {}).get("annotations") or {}
     if hints and isinstance(hints, Mapping) and "readOnlyHint" in hints:
         return "read" if hints["readOnlyHint"] else "write"
-    verb = _first_word(name)
+    verb = tool_verb(name)
     if verb in READ_VERBS:
         return "read"
     if verb in HANDOFF_VERBS:

@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 from stateset_agents.core.errors import InputError
 
+from ._tools import tool_verb
+
 
 class _Unknown:
     """A fact that the conversation has not established (no lookup made, field absent)."""
@@ -240,6 +242,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "count_prefix": _strict(_count_prefix),
     "hours_between": _strict(_hours_between),
     "lower": _strict(lambda s: str(s).lower()),
+    "verb": _strict(lambda name: tool_verb(str(name))),
     "all": _strict(_kleene_all),
     "any": _strict(_kleene_any),
     "flatten": _strict(flatten),
