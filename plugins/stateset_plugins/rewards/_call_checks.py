@@ -7,23 +7,23 @@ from typing import Any
 # A call that repeats a failed one unchanged keeps this share of its score: a wasted call, but nothing invented.
 RETRY_CREDIT = 0.5
 # Per-check keys averaged over a turn's calls to the top level of the breakdown (what `improve calibrate` weighs).
-_CALL_CHECKS = ("schema", "grounded", "ok", "fresh", "consent")
-_UNGROUNDED = "values found nowhere in what the user said or a tool returned"
+CALL_CHECKS = ("schema", "grounded", "ok", "fresh", "consent")
+UNGROUNDED = "values found nowhere in what the user said or a tool returned"
 
 
-def _mean(values: Sequence[float]) -> float:
+def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-def _call_means(checks: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def call_means(checks: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Each per-call check averaged over the calls that have it: the turn's top-level numeric breakdown."""
     if len(checks) == 1:  # the usual turn: one call, whose checks are their own means
         only = checks[0]
-        # 0.0 + v is `_mean((v,))` (sum starts from 0, so a -0.0 becomes 0.0 there too), without the calls
-        return {key: 0.0 + only[key] for key in _CALL_CHECKS if key in only}
+        # 0.0 + v is `mean((v,))` (sum starts from 0, so a -0.0 becomes 0.0 there too), without the calls
+        return {key: 0.0 + only[key] for key in CALL_CHECKS if key in only}
     means = {}
-    for key in _CALL_CHECKS:
+    for key in CALL_CHECKS:
         values = [c[key] for c in checks if key in c]
         if values:
-            means[key] = _mean(values)
+            means[key] = mean(values)
     return means

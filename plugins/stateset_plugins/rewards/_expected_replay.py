@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from stateset_agents import TurnGrade
 
-from ._call_checks import RETRY_CREDIT, _UNGROUNDED, _call_means, _mean
+from ._call_checks import RETRY_CREDIT, UNGROUNDED, call_means, mean
 from ._grounding import GroundingIndex, readable
 from ._text import parse_arguments
 from ._tool_grounding import PROSE_WORDS
@@ -243,7 +243,7 @@ class _ExpectedReplay:
             # Correct agents look up codes, dates and sums they derived themselves: a lookup's values count
             # once, in the final turn's conduct, not as a fault of their own turn.
             self.lookups_grounded.append(verdict.pop("grounded"))
-            problems[:] = [p for p in problems if not p.startswith(_UNGROUNDED)]
+            problems[:] = [p for p in problems if not p.startswith(UNGROUNDED)]
         invented = verdict.get("grounded", 1.0) < 1.0
         verdict["conduct"] = 0.0 if violation or invented else 1.0 if verdict["fresh"] else RETRY_CREDIT
         if problems:
@@ -269,7 +269,7 @@ class _ExpectedReplay:
                 credit, missing = index.credit(values, turn)
                 credits.append(credit)
                 invented += missing
-        return (_mean(credits) if credits else None), invented
+        return (mean(credits) if credits else None), invented
 
     def _grade(self, turn: int, judged: list[dict[str, Any]], last_turn: bool) -> TurnGrade:
         facts = self.seen.facts
@@ -304,7 +304,7 @@ class _ExpectedReplay:
         if scores:
             breakdown["expected"] = sum(scores) / len(scores)
         if checked:
-            breakdown.update(_call_means(checked))
+            breakdown.update(call_means(checked))
         breakdown["calls"] = judged
         if claimed:
             breakdown["claims"] = 0.0
@@ -324,7 +324,7 @@ class _ExpectedReplay:
             parts.append(f"expected calls made exactly: {breakdown['expected_done']}")
             items.append(breakdown["completion"])
             if self.lookups_grounded:
-                breakdown["grounded_lookups"] = _mean(self.lookups_grounded)
+                breakdown["grounded_lookups"] = mean(self.lookups_grounded)
                 conduct.append(breakdown["grounded_lookups"])
             replies, invented = self._grounded_replies(turn)
             if replies is not None:
@@ -338,6 +338,6 @@ class _ExpectedReplay:
         if not items:
             return TurnGrade.not_applicable(_NOTHING_EXPECTED, breakdown)
         # Conduct breaks ties: of two turns whose expected calls went alike, the cleaner one scores higher.
-        breakdown["conduct"] = sum(conduct) / len(conduct) if conduct else 1.0  # (`_mean`, inline: every turn)
+        breakdown["conduct"] = sum(conduct) / len(conduct) if conduct else 1.0  # (`mean`, inline: every turn)
         score = (1 - CONDUCT_WEIGHT) * (sum(items) / len(items)) + CONDUCT_WEIGHT * breakdown["conduct"]
         return TurnGrade(score=score, breakdown=breakdown, reason="; ".join(parts))

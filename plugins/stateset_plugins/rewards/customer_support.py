@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from stateset_agents import Reward, TurnGrade
-from stateset_agents.plugin_api.text import message_text
 
-from ._grounding import GroundingIndex, mentioned_values, wording
-from ._language import ASCII_DIGIT, DigitTemplate, TextShape, stems, tokenise
-from ._text import AFFIRM, NEGATE, Phrases, affirmed, last_message, tool_calls
-from ._tools import call_outcome, declared_tools, tool_kind
+from ._grounding import mentioned_values, wording
+from ._language import ASCII_DIGIT, DigitTemplate, TextShape, stems
+from ._support_conversation import NO_TEXT, ReplyReading, SeenConversation, TextFacts, remember
+from ._text import AFFIRM, NEGATE, Phrases, affirmed
 
 _LEXICON = Path(__file__).resolve().parent / "data" / "abusive_language.json"
 
@@ -99,9 +98,9 @@ class CustomerSupportReward(Reward):
         super().__init__(config)
         self.phrases = {key: tuple(self.config.get(key, default)) for key, default in DEFAULT_PHRASES.items()}
         self._phrases = {key: Phrases(phrases) for key, phrases in self.phrases.items()}
-        self._texts: dict[str, _Text] = {}  # distinct texts read so far, with what this reward decided from them
+        self._texts: dict[str, TextFacts] = {}  # distinct texts read so far, with what this reward decided from them
         # What a text's words say, per wording (`_wording`): replies, users' requests and users' go-aheads.
-        self._replies: dict[bytes | str, _Reply] = {}
+        self._replies: dict[bytes | str, ReplyReading] = {}
         self._user_reads: dict[bytes | str, tuple[bool, bool]] = {}
         self._affirmations: dict[bytes | str, bool] = {}
         # No phrase matches a digit, and a digit is a word character like any other: texts that differ only in their
@@ -118,13 +117,13 @@ class CustomerSupportReward(Reward):
         return self._phrases[key].search(text, words)
 
     def grade_turn(self, conversation: Mapping[str, Any], turn_index: int) -> TurnGrade:
-        return self._grade(_Seen(conversation, self._texts), turn_index)
+        return self._grade(SeenConversation(conversation, self._texts), turn_index)
 
     def grade_conversation(self, conversation: Mapping[str, Any], turns) -> list[TurnGrade]:
-        seen = _Seen(conversation, self._texts)  # what every turn of the conversation reads, derived once
+        seen = SeenConversation(conversation, self._texts)  # what every turn of the conversation reads, derived once
         return [self._grade(seen, t) for t in turns]
 
-    def _grade(self, seen: "_Seen", turn_index: int) -> TurnGrade:
+    def _grade(self, seen: "SeenConversation", turn_index: int) -> TurnGrade:
         messages = seen.messages
         facts = seen.facts(turn_index)
         text = facts.text
@@ -141,7 +140,7 @@ class CustomerSupportReward(Reward):
                 return TurnGrade.not_applicable("no reply to the user and no hand-off in this turn")
 
         user = seen.last_user(turn_index)
-        user_facts = seen.facts(user) if user is not None else _NO_TEXT
+        user_facts = seen.facts(user) if user is not None else NO_TEXT
         reply = facts.reply if facts.reply is not None else self._read_reply(facts)
         wants_human, corrects = user_facts.user if user_facts.user is not None else self._read_user(user_facts)
         checks: dict[str, float] = {"safety": 0.0 if reply.unsafe else 1.0, "tone": reply.tone}
@@ -183,14 +182,14 @@ class CustomerSupportReward(Reward):
         return TurnGrade(score=score, breakdown=checks,
                          reason=self._reason(checks, reply.unsafe, reply.rude, wants_human, invented))
 
-    def _grade_write(self, seen: "_Seen", turn_index: int, calls: list[dict[str, Any]]) -> TurnGrade:
+    def _grade_write(self, seen: "SeenConversation", turn_index: int, calls: list[dict[str, Any]]) -> TurnGrade:
         """A state-changing action needs the user's explicit go-ahead in their latest message, given to a question
         the agent asked (it states what it will do and asks; a yes to nothing is half a go-ahead). It should be one
         the system accepts: a write the tool rejected was an attempt to change something that cannot change. And
         what it writes must come from the conversation: an id, amount or date in the arguments that no one said and
         no tool returned is invented."""
         user = seen.last_user(turn_index)
-        user_facts = seen.facts(user) if user is not None else _NO_TEXT
+        user_facts = seen.facts(user) if user is not None else NO_TEXT
         consent = 0.0
         if self._affirms(user_facts):
             consent = 1.0 if seen.asked_before(user) else 0.5
@@ -219,7 +218,7 @@ class CustomerSupportReward(Reward):
         return TurnGrade(score=sum(breakdown.values()) / len(breakdown), breakdown=breakdown,
                          reason="; ".join(reasons))
 
-    def _read_reply(self, facts: "_Text") -> "_Reply":
+    def _read_reply(self, facts: "TextFacts") -> "ReplyReading":
         """What a reply's text alone decides: its values and fluency, read once per distinct text and kept with it,
         and what its words say (`_read_wording`), read once per wording."""
         text = facts.text
@@ -235,17 +234,17 @@ class CustomerSupportReward(Reward):
             reply = self._read_wording(text, words, facts.blank)
             reply.shape = facts.shape = TextShape(text, facts.cased, facts.lowered, distinct, words)
             reply.tokens = DigitTemplate(text)
-            _remember(self._replies, key, reply)
+            remember(self._replies, key, reply)
         else:
             # the same text but for its digits: only the counts of distinct tokens and trigrams are its own
             facts.shape = TextShape(text, facts.cased, facts.lowered, distinct, words, like=reply.shape)
         facts.reply = reply
         return reply
 
-    def _read_wording(self, text: str, words: frozenset[str], blank: bool) -> "_Reply":
+    def _read_wording(self, text: str, words: frozenset[str], blank: bool) -> "ReplyReading":
         """Safety, tone, the hand-off said, resolution, the actions the reply claims or promises: phrases and
         patterns without digits, so the same for every text of this wording (`_wording`)."""
-        reply = _Reply()
+        reply = ReplyReading()
         reply.unsafe = self._phrases["unsafe"].findall(text, words) + self._abuse(text, words)
         reply.rude = rude = self._phrases["rude"].findall(text, words)
         reply.tone = 0.0 if rude else (1.0 if self._says(text, "polite", words) or blank else 0.75)
@@ -265,13 +264,13 @@ class CustomerSupportReward(Reward):
         reply.promises = bool("?" not in text and not words.isdisjoint(_ACT_WORDS) and _PROMISED_ACTION.search(text))
         return reply
 
-    def _read_user(self, facts: "_Text") -> tuple[bool, bool]:
+    def _read_user(self, facts: "TextFacts") -> tuple[bool, bool]:
         """(asks for a person, corrects the agent): what a user's message alone decides, kept with its text and its
         wording. The phrase screens test substrings when the text was never tokenised."""
         key = self._wording(facts.text)
         user = self._user_reads.get(key)
         if user is None:
-            user = _remember(self._user_reads, key, (self._says(facts.text, "wants_human", facts.words),
+            user = remember(self._user_reads, key, (self._says(facts.text, "wants_human", facts.words),
                                                       self._says(facts.text, "correction", facts.words)))
         facts.user = user
         return user
@@ -290,7 +289,7 @@ class CustomerSupportReward(Reward):
         return found
 
     @staticmethod
-    def _claims(seen: "_Seen", turn_index: int, user: int | None, reply: "_Reply", writes: bool) -> float:
+    def _claims(seen: "SeenConversation", turn_index: int, user: int | None, reply: "ReplyReading", writes: bool) -> float:
         """1 unless the reply says it did something no call did (0): a completed change ("I've cancelled", "has
         been refunded", "successfully") with no successful write since the user's latest message, unless an earlier
         successful write's verb is the one claimed ("cancelled" after cancel_reservation: the act happened). A
@@ -306,12 +305,12 @@ class CustomerSupportReward(Reward):
                     return 0.0
         return 0.5 if reply.promises else 1.0
 
-    def _affirms(self, facts: "_Text") -> bool:
+    def _affirms(self, facts: "TextFacts") -> bool:
         """Does the user's message say yes (`affirmed`)? Phrases, and which comes first: kept per wording."""
         key = self._wording(facts.text)
         said = self._affirmations.get(key)
         if said is None:
-            said = _remember(self._affirmations, key, affirmed(facts.text, self._phrases["affirm"],
+            said = remember(self._affirmations, key, affirmed(facts.text, self._phrases["affirm"],
                                                                self._phrases["negate"], facts.words))
         return said
 
@@ -347,208 +346,6 @@ class CustomerSupportReward(Reward):
         return "polite, on track, nothing left unresolved"
 
 
-class _Reply:
-    """What an assistant text's words say (`CustomerSupportReward._read_wording`), shared by the texts of a wording,
-    with the first such text's `TextShape` and tokens (the others' are the same but for their digits)."""
-
-    __slots__ = ("unsafe", "rude", "tone", "escalates", "offers_handoff", "resolution", "claimed", "promises",
-                 "shape", "tokens")
-
-
-class _Text:
-    """One message text and, once read, what the reward decides from the text alone (its tokens, from
-    `_language.tokenise`, only for a reply). Kept per distinct text, so a reply said in many conversations ("You're
-    welcome!") is read once."""
-
-    __slots__ = ("text", "blank", "cased", "lowered", "words", "_shingles", "reply", "user", "values", "shape")
-
-    def __init__(self, text: str):
-        self.text = text
-        self.blank = not text.strip()
-        self.words: frozenset[str] | None = None  # tokenised only when read as a reply
-        self._shingles: frozenset | None = None
-        self.reply: _Reply | None = None  # set once read as a reply, with `values` and `shape`
-        self.user: tuple[bool, bool] | None = None
-        self.values: list[str] = []
-        self.shape: TextShape | None = None
-
-    def tokenise(self, template: DigitTemplate | None = None) -> None:
-        """`template`: the tokens of a text that differs from this one only in its digits, when there is one."""
-        self.cased, self.lowered = tokenise(self.text) if template is None else template.tokenise(self.text)
-        self.words = frozenset(self.lowered)
-
-    @property
-    def shingles(self) -> frozenset:
-        """The distinct lower-cased token trigrams (the repeated-reply check and the repetition score read them)."""
-        if self._shingles is None:
-            if self.words is None:
-                self.tokenise()
-            lowered = self.lowered
-            self._shingles = frozenset(zip(lowered, lowered[1:], lowered[2:]))
-        return self._shingles
-
-
-_NO_TEXT = _Text("")
-_NO_TEXT.user = (False, False)  # no user message: nothing asked, nothing corrected
-#: Distinct texts kept per reward (then the store starts afresh), and the longest text kept: the store is for the
-#: short replies said again and again; a long one rarely repeats and costs the most memory.
-TEXT_STORE_SIZE = 2048
-TEXT_STORE_MAX_CHARS = 1000
-
-
-def _remember(store: dict, key: bytes | str, value):
-    """Keep `value` under `key` in a bounded store (`TEXT_STORE_SIZE`, `TEXT_STORE_MAX_CHARS`); returns it."""
-    if len(key) <= TEXT_STORE_MAX_CHARS:
-        if len(store) >= TEXT_STORE_SIZE:
-            store.clear()
-        store[key] = value
-    return value
-
-
-class _Seen:
-    """One conversation's messages with what grading reads from them (texts, tool calls, tool kinds, call
-    outcomes), each derived on first use and kept for the conversation's other turns."""
-
-    __slots__ = ("messages", "_conversation", "_declared", "_store", "_texts", "_facts", "_calls", "_kinds",
-                 "_outcomes", "_grounding", "_looked_up", "_first_write", "_assistant", "_reply_shingles")
-
-    def __init__(self, conversation: Mapping[str, Any], store: dict[str, _Text] | None = None):
-        self.messages = conversation["messages"]
-        self._conversation = conversation
-        self._declared: dict[str, Mapping[str, Any]] | None = None  # read at the first tool call
-        self._store = {} if store is None else store
-        self._texts: dict[int, str] = {}
-        self._facts: dict[int, _Text] = {}
-        self._calls: dict[int, list[dict[str, Any]]] = {}
-        self._kinds: dict[Any, str] = {}
-        self._outcomes: dict[tuple[int, Any], str] = {}
-        self._grounding: GroundingIndex | None = None
-        self._looked_up: GroundingIndex | None = None
-        self._first_write: list[tuple[int, str]] | None = None
-        self._assistant: list[int] | None = None
-        self._reply_shingles: list[frozenset] = []  # of the assistant turns in order, as far as compared
-
-    @property
-    def grounding(self) -> GroundingIndex:
-        if self._grounding is None:
-            self._grounding = GroundingIndex(self.messages)
-        return self._grounding
-
-    @property
-    def looked_up(self) -> GroundingIndex:
-        """What tool results alone make known (what the agent looked up, not what anyone said)."""
-        if self._looked_up is None:
-            self._looked_up = GroundingIndex(self.messages, roles=("tool",))
-        return self._looked_up
-
-    def _writes(self) -> list[tuple[int, str]]:
-        """(turn index, tool verb) of each state-changing call that succeeded, in order; derived once."""
-        if self._first_write is None:
-            self._first_write = [(i, _tool_verb(c["name"])) for i, m in enumerate(self.messages)
-                                 if m.get("role") == "assistant" for c in self.calls(i)
-                                 if self.kind(c["name"]) == "write" and self.outcome(i, c["id"]) == "ok"]
-        return self._first_write
-
-    def wrote_between(self, after: int, before: int) -> bool:
-        """Did a state-changing call succeed in an assistant turn after `after` and before `before`?"""
-        return any(after < i < before for i, _ in self._writes())
-
-    def verbs_written_before(self, index: int) -> set[str]:
-        """The verbs (first words of the tool names) of the writes that succeeded before this turn."""
-        return {verb for i, verb in self._writes() if i < index}
-
-    def text(self, index: int) -> str:
-        text = self._texts.get(index)
-        if text is None:
-            text = self._texts[index] = message_text(self.messages[index])
-        return text
-
-    def facts(self, index: int) -> _Text:
-        """The message's text with its tokens, from the reward's store of texts when it was seen before."""
-        facts = self._facts.get(index)
-        if facts is None:
-            text = self.text(index)
-            facts = self._store.get(text)
-            if facts is None:
-                facts = _remember(self._store, text, _Text(text))
-            self._facts[index] = facts
-        return facts
-
-    def calls(self, index: int) -> list[dict[str, Any]]:
-        calls = self._calls.get(index)
-        if calls is None:
-            calls = self._calls[index] = tool_calls(self.messages[index])
-        return calls
-
-    def kind(self, name: Any) -> str:
-        kind = self._kinds.get(name)
-        if kind is None:
-            if self._declared is None:
-                self._declared = declared_tools(self._conversation)
-            kind = self._kinds[name] = tool_kind(name, self._declared.get(name))
-        return kind
-
-    def outcome(self, index: int, call_id: Any) -> str:
-        key = (index, call_id)
-        try:
-            outcome = self._outcomes.get(key)
-        except TypeError:  # an id that is no JSON scalar: not worth keeping
-            return call_outcome(self.messages, index, call_id)
-        if outcome is None:
-            outcome = self._outcomes[key] = call_outcome(self.messages, index, call_id)
-        return outcome
-
-    def repeats_earlier_reply(self, index: int, facts: _Text) -> bool:
-        """Is this reply (`facts`: its text) mostly, by word trigrams, an earlier reply of the agent's said again?"""
-        if self._assistant is None:
-            self._assistant = [i for i, m in enumerate(self.messages) if m.get("role") == "assistant"]
-        assistant = self._assistant
-        if not assistant or assistant[0] >= index:
-            return False  # no earlier reply to repeat
-        mine = facts.shingles
-        if not mine:
-            return False
-        mine_size = len(mine)
-        shingles = self._reply_shingles  # each earlier reply's, looked up once for all the turns after it
-        for position, earlier in enumerate(assistant):
-            if earlier >= index:
-                break
-            if position == len(shingles):
-                shingles.append(self.facts(earlier).shingles)
-            theirs = shingles[position]
-            if not theirs:
-                continue
-            # Jaccard |mine & theirs| / |mine | theirs| >= REPEAT_OVERLAP, with the union's size from the sizes.
-            # The overlap is at most the smaller set and the union at least the larger: a smaller set under
-            # REPEAT_OVERLAP times the larger settles "no" without the intersection.
-            small, large = (mine_size, len(theirs)) if mine_size <= len(theirs) else (len(theirs), mine_size)
-            if small < REPEAT_OVERLAP * large:
-                continue
-            overlap = len(mine & theirs)
-            if overlap >= REPEAT_OVERLAP * (mine_size + len(theirs) - overlap):
-                return True
-        return False
-
-    def asked_before(self, index: int | None) -> bool:
-        """Did the agent's latest reply before message `index` ask the user something?"""
-        if index is None:
-            return False
-        for earlier in range(index - 1, -1, -1):
-            if self.messages[earlier].get("role") == "assistant":
-                text = self.text(earlier)
-                if text.strip():
-                    return "?" in text
-            elif self.messages[earlier].get("role") == "user":
-                return False
-        return False
-
-    def last_user(self, before: int) -> int | None:
-        found = last_message(self.messages, "user", before)
-        return found[0] if found else None
-
-
-#: Jaccard overlap of word trigrams above which a reply counts as an earlier reply repeated.
-REPEAT_OVERLAP = 0.6
 _QUESTION = re.compile(r"[^.!?\n]*\?")
 _SENTENCE_END = re.compile(r"(?<=[.!?\n])\s*")
 #: The checks averaged into a text turn's score (safety and fluency scale it instead).
@@ -589,14 +386,6 @@ def _arguments_text(raw: Any) -> str:
         return json.dumps(raw)
     except (TypeError, ValueError):
         return str(raw)
-
-
-_NAME_BREAK = re.compile(r"[_\-.\s]|(?<=[a-z])(?=[A-Z])")
-
-
-def _tool_verb(name: str) -> str:
-    """A tool name's first word, its verb: "cancel_reservation" -> "cancel"."""
-    return _NAME_BREAK.split(name, maxsplit=1)[0].lower()
 
 
 def _verb_of(participle: str) -> set[str]:

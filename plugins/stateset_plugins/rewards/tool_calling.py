@@ -21,7 +21,7 @@ from typing import Any
 
 from stateset_agents import Reward, TurnGrade
 
-from ._call_checks import RETRY_CREDIT, _UNGROUNDED, _call_means, _mean
+from ._call_checks import RETRY_CREDIT, UNGROUNDED, call_means, mean
 # (NAME_ONLY_CREDIT, CONDUCT_WEIGHT, normalise and argument_agreement are this reward's too: named here as before)
 from ._expected_replay import (CONDUCT_WEIGHT, NAME_ONLY_CREDIT, _ExpectedReplay, argument_agreement,  # noqa: F401
                                normalise)
@@ -85,7 +85,7 @@ class ToolCallingReward(Reward):
             return TurnGrade.not_applicable("no tool call and no unbacked claim of a change in this turn")
         checks = [self._check_call(seen, turn, call) for call in calls]
         items = [c["score"] for c in checks]
-        breakdown: dict[str, Any] = _call_means(checks)
+        breakdown: dict[str, Any] = call_means(checks)
         breakdown["calls"] = checks
         problems = [f"{c['name']}: {c['problem']}" for c in checks if c["problem"]]
         if claimed:
@@ -93,7 +93,7 @@ class ToolCallingReward(Reward):
             items.append(0.0)
             problems.append("the reply claims a change that no call made since the user's last message")
         reason = "; ".join(problems) if problems else f"{len(calls)} call(s) valid, grounded and in order"
-        return TurnGrade(score=_mean(items), breakdown=breakdown, reason=reason)
+        return TurnGrade(score=mean(items), breakdown=breakdown, reason=reason)
 
     def _check_call(self, seen: "_Seen", turn: int, call: Mapping[str, Any]) -> dict[str, Any]:
         """Schema first (declared, parses, validates: each failure also fails the ones after it), then what the
@@ -135,7 +135,7 @@ class ToolCallingReward(Reward):
                 problems.append("the call returned an error")
         quality = [result[k] for k in ("grounded", "ok", "consent") if k in result]
         retry = 1.0 if result["fresh"] else RETRY_CREDIT
-        result["score"] = result["schema"] * retry * (_mean(quality) if quality else 1.0)
+        result["score"] = result["schema"] * retry * (mean(quality) if quality else 1.0)
         result["problem"] = "; ".join(problems) or None
         return result
 
@@ -151,7 +151,7 @@ class ToolCallingReward(Reward):
             checks["grounded"] = share
             if missing:
                 shown = ", ".join(str(v) for v in missing[:3])
-                problems.append(f"{_UNGROUNDED}: {shown}")
+                problems.append(f"{UNGROUNDED}: {shown}")
         checks["fresh"] = 0.0 if seen.facts.repeats_failure(turn, call) else 1.0
         if not checks["fresh"]:
             problems.append("repeats a call that already failed, unchanged")
