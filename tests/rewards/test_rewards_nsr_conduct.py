@@ -251,6 +251,8 @@ def test_airline_a_claim_is_backed_by_a_write_of_its_kind(airline_policy):
     graded = reward.grade_turn(other, len(other["messages"]) - 1)
     assert graded.breakdown[key] == "broken"  # only an update took effect, so a cancellation is no report
     assert graded.score == 0.25  # weight 2: the change not made, and the user told it was
+    added = conversation(later + [assistant("You're welcome: I've added the new flights to your trip.")])
+    assert key not in reward.grade_turn(added, len(added["messages"]) - 1).breakdown  # no write tool says "add"
 
 
 def test_airline_no_write_repeated_unchanged(airline_policy):
