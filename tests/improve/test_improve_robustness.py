@@ -415,6 +415,24 @@ def test_the_subprocess_runtime_gives_the_same_report(logs, capsys):
     assert served == inprocess
 
 
+def test_decisions_only_counts_the_copies_that_change_a_write(tmp_path, capsys):
+    write_transcripts(tmp_path / "in", [shop(), lookup_only()])
+    capsys.readouterr()
+
+    def audit(*extra):
+        assert main(["improve", "audit", "--robustness", "--transcripts", str(tmp_path / "in"), "--reward",
+                     "improve_toy", "--kinds", "claimed_action", *extra, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    every, decisions = audit(), audit("--decisions-only")
+    assert every["decisions_only"] is False and decisions["decisions_only"] is True
+    # the shop's write removed and claimed is a decision; a claim added to the lookup-only chat is not
+    assert (every["kinds"]["claimed_action"]["applied"], decisions["kinds"]["claimed_action"]["applied"]) == (2, 1)
+    assert decisions["kinds"]["claimed_action"]["not_applicable"] == 1
+    assert main(["improve", "audit", "--graded", "g.jsonl", "--decisions-only"]) == 2
+    assert "--decisions-only: only with --robustness" in capsys.readouterr().err.replace("\n", "")
+
+
 @pytest.mark.parametrize("args, message", [
     (["--robustness", "--transcripts", "IN", "--reward", "improve_toy", "--kinds", "loops"],
      "unknown breakage kind 'loops'; choose from shuffled_words, foreign_reply, looped_sentence"),

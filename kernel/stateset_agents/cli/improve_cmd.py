@@ -161,6 +161,9 @@ def audit_cmd(
     examples: int = typer.Option(3, "--examples", help="With --robustness: fooling cases to show per kind."),
     output: Optional[Path] = typer.Option(None, "--output", help="With --robustness: also write the report here."),
     limit: Optional[int] = typer.Option(None, "--limit", help="With --robustness: the first N conversations only."),
+    decisions_only: bool = typer.Option(False, "--decisions-only",
+                                        help="With --robustness: count only the copies that change a write or "
+                                             "hand-off call (what a policy reward such as nsr judges)."),
 ):
     """How well does the reward track a label? ROC AUC, Spearman, confusion table, a length baseline.
     With --robustness: does it score broken replies below real ones? Win rate per kind of breakage."""
@@ -175,10 +178,11 @@ def audit_cmd(
             raise InputError("--robustness needs --transcripts DIR (a folder written by `ingest`)",
                              field="transcripts")
         _robustness_audit(transcripts, reward, policy, reward_file, runtime, kinds, seed, examples, output, limit,
-                          as_json)
+                          decisions_only, as_json)
         return
     given = [flag for flag, value in (("--reward", reward), ("--policy", policy), ("--reward-config", reward_file),
-                                      ("--kinds", kinds), ("--output", output), ("--limit", limit)) if value is not None]
+                                      ("--kinds", kinds), ("--output", output), ("--limit", limit),
+                                      ("--decisions-only", decisions_only or None)) if value is not None]
     if given:
         raise InputError(f"{', '.join(given)}: only with --robustness (a label audit reads the grades in --graded)")
     if graded is None:
@@ -231,7 +235,7 @@ def audit_cmd(
 
 def _robustness_audit(transcripts: Path, reward: Optional[str], policy: Optional[Path], reward_file: Optional[Path],
                       runtime: str, kinds: Optional[str], seed: int, examples: int, output: Optional[Path],
-                      limit: Optional[int], as_json: bool) -> None:
+                      limit: Optional[int], decisions_only: bool, as_json: bool) -> None:
     """`improve audit --robustness`: run the breakages (`pipeline.robustness`) and render the report."""
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -245,7 +249,7 @@ def _robustness_audit(transcripts: Path, reward: Optional[str], policy: Optional
                   MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True) as progress:
         task = progress.add_task("", total=None)
         report = run_robustness(transcripts, reward, config, kinds=kinds, seed=seed, examples=examples,
-                                runtime=runtime, output=output, limit=limit,
+                                runtime=runtime, output=output, limit=limit, decisions_only=decisions_only,
                                 on_progress=lambda done, total: progress.update(task, completed=done, total=total))
     if as_json:
         import orjson
@@ -254,7 +258,8 @@ def _robustness_audit(transcripts: Path, reward: Optional[str], policy: Optional
         return
     r = report["reward"]
     table = Table(title=f"robustness of {r['component']} {r['version']} on {report['conversations']:,} conversations "
-                        f"(seed {report['seed']})", title_justify="left")
+                        f"(seed {report['seed']}{'; copies that change a decision only' if decisions_only else ''})",
+                  title_justify="left")
     table.add_column("breakage", no_wrap=True)
     for name in ("applied", "win rate", "95% CI", "ceiling", "w/t/l"):
         table.add_column(name, justify="right")

@@ -231,14 +231,21 @@ def read_conversations(transcripts: str | os.PathLike, limit: int | None = None)
     return conversations, shown
 
 
+def _touches_decision(broken: Broken) -> bool:
+    return broken.touches_decision
+
+
 def run_robustness(transcripts: str | os.PathLike, reward: str, config: Mapping[str, Any] | None = None, *,
                    kinds: str | Iterable[str] | None = None, seed: int = 0, examples: int = DEFAULT_EXAMPLES,
                    runtime: str = "inprocess", output: str | os.PathLike | None = None, limit: int | None = None,
+                   decisions_only: bool = False,
                    on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """The robustness report for an ingest folder's transcripts.jsonl and reward `reward` (NAME or reward:NAME)
     built with `config` (a policy travels as config.policy). With `output`, the report is also written there
     (atomically). `limit`: audit the first so many conversations only (the whole file is held in memory, for the
-    pool of foreign replies). `on_progress(graded, total)` hears of each graded batch of conversations."""
+    pool of foreign replies). `decisions_only`: count only the copies that change a write or hand-off call (what a
+    policy reward such as `nsr` judges; the others count as not applicable). `on_progress(graded, total)` hears of
+    each graded batch of conversations."""
     from ..core.runtimes import load_component
 
     chosen = parse_kinds(kinds)  # checked before anything is read or started
@@ -249,10 +256,10 @@ def run_robustness(transcripts: str | os.PathLike, reward: str, config: Mapping[
     conversations, shown = read_conversations(transcripts, limit)
     with load_component(reward, kind="reward", config=dict(config or {}), runtime=runtime) as grader:
         report = robustness_report(conversations, grader, kinds=chosen, seed=seed, examples=examples,
-                                   on_progress=on_progress)
+                                   keep=_touches_decision if decisions_only else None, on_progress=on_progress)
     head = {k: report.pop(k) for k in ("schema_version", "step")}
     report = {**head, "transcripts": {"path": os.path.abspath(shown), "sha256": sha256_file(shown)},
-              "runtime": runtime, "limit": limit, **report}
+              "runtime": runtime, "limit": limit, "decisions_only": decisions_only, **report}
     if output is not None:
         write_json(output, report)
     return report
