@@ -44,7 +44,11 @@ def test_every_tool_over_stdio(root, tiny_model_dir):
             assert audit["counts"]["matched"] > 0
             robust = await s.ok("improve_audit", {"robustness": True, "transcripts": "ingested",
                                                   "reward": "tool_calling", "limit": 6})
-            assert robust["kinds"] and robust["conversations"] == 6
+            assert robust["kinds"] and robust["conversations"] == 6 and robust["decisions_only"] is False
+            decisions = await s.ok("improve_audit", {"robustness": True, "transcripts": "ingested", "limit": 6,
+                                                     "reward": "tool_calling", "decisions_only": True,
+                                                     "kinds": "claimed_action,empty_reply"})
+            assert decisions["decisions_only"] is True and decisions["kinds"]["empty_reply"]["applied"] == 0
             calibrated = await s.ok("improve_calibrate", {"graded": "improved/graded.jsonl", "transcripts": "ingested",
                                                           "label_key": "resolved", "output": "reward.yaml",
                                                           "draws": 0, "folds": 2})

@@ -57,12 +57,13 @@ def _improve_audit(call: Call) -> dict[str, Any]:
         reward, config = reward_of(call)
         return run_robustness(call.path("transcripts"), reward, config, kinds=kinds, seed=call.get("seed", 0),
                               examples=call.get("examples", 3), output=call.path("output"),
-                              limit=call.get("limit"),
+                              limit=call.get("limit"), decisions_only=call.get("decisions_only", False),
                               on_progress=lambda done, total: call.progress(done, total, "conversations graded"))
     from ..pipeline.audit import run_audit
     from ..pipeline.improve import DEFAULT_THRESHOLD
 
-    given = [k for k in ("reward", "policy", "reward_config", "kinds", "output", "limit") if call.args.get(k) is not None]
+    given = [k for k in ("reward", "policy", "reward_config", "kinds", "output", "limit", "decisions_only")
+             if call.args.get(k) is not None]
     if given:
         raise InputError(f"{', '.join(given)}: only with robustness (a label audit reads the grades in graded)",
                          field=given[0])
@@ -180,6 +181,8 @@ TOOLS = [
           "seed": integer("With robustness: seed of the breakages."),
           "examples": integer("With robustness: fooling cases to show per kind.", 0),
           "output": path("With robustness: also write the report here"),
+          "decisions_only": boolean("With robustness: count only the copies that change a write or hand-off call "
+                                    "(what a policy reward such as nsr judges)."),
           "limit": integer("With robustness: the first N conversations only.", 1)},
          (), ANY_OBJECT, _improve_audit,
          lambda r: (f"robustness: weakest {r.get('weakest')}" if "kinds" in r else
