@@ -19,12 +19,7 @@ from stateset_agents.core.runtimes import load_component
 TARGET = 0.9
 # Known short of the target, guarded at what it measures so that it cannot fall further unnoticed; raise the floor
 # when the reward improves.
-OPEN: dict[tuple[str, str], float] = {
-    # nsr 1.3.0 (policy 1.5) reads claims as tool_calling does and weighs an unbacked one as two breaches (0.625 ->
-    # 0.875): a write removed and claimed still scores at least its original where the write itself broke two or
-    # more rules (a conversation scores the mean of its turns, and the faulty write's turn goes with the write).
-    ("nsr, airline policy", "claimed_action"): 0.85,
-}
+OPEN: dict[tuple[str, str], float] = {}
 MIN_APPLIED = 30  # a win rate over fewer conversations says little: the test fails rather than passes vacuously
 SEED = 0
 

@@ -222,6 +222,23 @@ def test_airline_claimed_change_needs_a_write_that_took_effect(airline_policy):
     assert key not in reward.grade_turn(done, len(done["messages"]) - 1).breakdown
 
 
+def test_a_voiding_rule_broken_scores_the_turn_zero_whatever_else_it_kept():
+    voiding = copy.deepcopy(SHOP)
+    voiding["rules"].append({"id": "no-big-refunds", "decision": {"call": "refund"}, "require": "args.amount < 500",
+                             "voids": True})
+    reward = NSRReward({"policy": voiding})
+    assert reward.grade_turn(_refund(), 1).score == 1.0  # kept: no effect
+    big = reward.grade_turn(_refund(arguments='{"order": "AB12", "amount": 600}'), 1)
+    assert big.score == 0.0 and big.breakdown["no-big-refunds"] == 0.0  # one breach, yet not 0.5: void
+    assert NSRReward({"policy": {**voiding, "scoring": "kept_share"}}).grade_turn(
+        _refund(arguments='{"order": "AB12", "amount": 600}'), 1).score == 0.0
+    for bad in ("yes", 1, None):
+        broken = copy.deepcopy(voiding)
+        broken["rules"][-1]["voids"] = bad
+        with pytest.raises(InputError, match="voids must be true or false"):
+            NSRReward({"policy": broken})
+
+
 def test_turn_claims_and_verb():
     """`turn_claims()`: the change verbs a reply asserts as done, however English says it; `verb(tool)`: a tool's."""
     claims = {**SHOP, "rules": [{"id": "said", "decision": "reply", "when": "turn_claims()",
@@ -250,7 +267,7 @@ def test_airline_a_claim_is_backed_by_a_write_of_its_kind(airline_policy):
     other = conversation(later + [assistant("You're welcome: I've cancelled the reservation as well.")])
     graded = reward.grade_turn(other, len(other["messages"]) - 1)
     assert graded.breakdown[key] == "broken"  # only an update took effect, so a cancellation is no report
-    assert graded.score == 0.25  # weight 2: the change not made, and the user told it was
+    assert graded.score == 0.0  # void: the user is told of a change that was not made
     added = conversation(later + [assistant("You're welcome: I've added the new flights to your trip.")])
     assert key not in reward.grade_turn(added, len(added["messages"]) - 1).breakdown  # no write tool says "add"
 

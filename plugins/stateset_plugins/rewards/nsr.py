@@ -96,7 +96,7 @@ class NSRReward(Reward):
                     verdict = None  # keeping a standing prohibition is no evidence of a good decision
                 if verdict is not None:
                     verdicts.append({"rule": rule["id"], "decision": decision["label"], "verdict": verdict,
-                                     "weight": rule["weight"], "says": rule["says"]})
+                                     "weight": rule["weight"], "says": rule["says"], "voids": rule["voids"]})
         if not verdicts:
             return TurnGrade.not_applicable("no policy rule applies to this turn's decisions")
         total = sum(v["weight"] for v in verdicts)
@@ -108,7 +108,9 @@ class NSRReward(Reward):
             kept_so_far = breakdown.get(v["rule"], 1.0)
             breakdown[v["rule"]] = min(kept_so_far, 1.0 if v["verdict"] == "kept" else 0.0)
         scoring = self.policy["scoring"]
-        if scoring == "all_kept":  # a decision complies or it does not
+        if any(v["voids"] and v["verdict"] == "broken" for v in verdicts):
+            score = 0.0  # a breach that is no matter of degree (a falsehood told the user): the turn is void
+        elif scoring == "all_kept":  # a decision complies or it does not
             score = 0.0 if any(v["verdict"] == "broken" for v in verdicts) else 1.0
         elif scoring == "per_breach":  # complies (1), else each breach (by weight) multiplies by the factor
             score = self.policy["breach_factor"] ** (total - kept)

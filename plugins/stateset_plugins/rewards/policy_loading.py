@@ -70,6 +70,9 @@ def load_policy(policy: Any) -> dict[str, Any]:
         counts = rule.get("counts", "always")
         if not isinstance(counts, str) or counts not in ("always", "when_broken"):
             raise InputError(f"{where}.counts must be always or when_broken", field=where)
+        voids = rule.get("voids", False)
+        if not isinstance(voids, bool):
+            raise InputError(f"{where}.voids must be true or false, got {voids!r}"[:300], field=f"{where}.voids")
         compiled["rules"].append({
             "id": str(rule["id"]),
             "says": str(rule.get("says", "")),
@@ -80,6 +83,7 @@ def load_policy(policy: Any) -> dict[str, Any]:
             "if_unknown": if_unknown,
             "counts": counts,
             "weight": _weight(rule.get("weight", 1.0), f"{where}.weight"),
+            "voids": voids,
         })
     try:  # last, after the errors that say more: the policy travels in the reward's config, digested as JSON
         orjson.dumps({"policy": policy})
