@@ -23,8 +23,8 @@ MARGIN = 0.02
 MEASURED = {
     "tool_calling, with expected calls": (0.933, 0.933),
     "tool_calling, without expected calls": (0.664, None),
-    "nsr, airline policy": (0.787, None),
-    "customer_support": (0.729, None),
+    "nsr, airline policy": (0.796, None),
+    "customer_support": (0.751, None),
 }
 LENGTH_BASELINE = 0.391
 

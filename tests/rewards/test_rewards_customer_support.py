@@ -120,9 +120,10 @@ def test_real_tau_airline_auc_beats_length_baseline(score_auc):
     baseline = roc_auc([len(r["messages"]) for r in records], [labels[r["id"]] for r in records])
     print(f"\ncustomer_support ROC AUC {auc:.3f}; length-only baseline {baseline:.3f}")
     assert auc > baseline
-    # Fixed rules (nothing fitted), so this is also the pooled out-of-fold figure. Measured 0.729 for 2.0.0 (issue
-    # 13's target 0.75 is not met; see docs/rewards.md); guarded a small margin under the measured figure.
-    assert auc >= 0.71
+    # Fixed rules (nothing fitted), so this is also the pooled out-of-fold figure. Measured 0.751 for 2.1.0 (0.729
+    # for 2.0.0; issue 13's target is 0.75, and 100 conversations give +-0.1: see docs/rewards.md); guarded a small
+    # margin under the measured figure.
+    assert auc >= 0.73
 
 
 # --- Version 2: fluency, grounding, claimed actions, abuse, empty and cut-off replies -----------------------------
@@ -172,6 +173,20 @@ def test_a_claim_is_backed_by_a_write_since_the_user_spoke_or_an_earlier_write_o
     later = done + [assistant("Anything else?"), user("What happened to my order?")]
     assert grade(later + [assistant("Your order QZ104 has been cancelled.")]).breakdown["claims"] == 1.0
     assert grade(later + [assistant("Your order QZ104 has been refunded.")]).breakdown["claims"] == 0.0
+
+
+def test_claims_are_read_as_tool_calling_and_nsr_read_them():
+    """One reading of a claimed change for the three rewards (`_tool_grounding.claim_reading`): a clause under a
+    condition, modal or negation asserts nothing, a message asking for the go-ahead promises nothing yet, and a
+    hand-off is escalation's to judge."""
+    for text in ("Checked bags cannot be removed once they have been added to a reservation.",
+                 "Once the order is cancelled, I can help you book a new one.",
+                 "I will add 3 bags to your order. Please confirm if you would like me to proceed with this update.",
+                 "I will transfer you to a human agent who can help with that. Please hold on.",
+                 "Refuse the delivery and we'll refund it when it comes back."):
+        assert grade(ORDER + [assistant(text)]).breakdown["claims"] == 1.0, text
+    for text in ("I went ahead and cancelled your order QZ104.", "Your order QZ104 is now cancelled."):
+        assert grade(ORDER + [assistant(text)]).breakdown["claims"] == 0.0, text
 
 
 def test_a_promise_to_act_without_acting_or_asking_is_half_a_claim():

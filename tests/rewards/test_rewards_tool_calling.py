@@ -269,7 +269,8 @@ def test_a_reply_claiming_a_change_no_call_made_scores_zero():
                                  assistant("Your address has been updated to 48 Elm Street.")], ADDRESS_TOOLS)
     assert not reward.grade_turn(backed, 3).applicable
     for text in ("I'll change the address to 48 Elm Street. Would you like me to proceed?",
-                 "The address cannot be changed once the order has been shipped."):
+                 "The address cannot be changed once the order has been shipped.",
+                 "It has shipped, so refuse the delivery and we'll refund it when it comes back."):
         assert not reward.grade_turn(conversation(ask + [assistant(text)], ADDRESS_TOOLS), 1).applicable
     # with expected calls too, and a write that failed backs nothing
     expected = [{"name": "update_shipping_address", "arguments": {"order_id": "NW-1", "address": "48 Elm Street"}}]

@@ -139,35 +139,43 @@ def claims_change(text: str, acting: bool = False) -> bool:
     return _wording_claims(wording(text), acting)
 
 
-@lru_cache(maxsize=4096)
 def _wording_claims(text_wording: bytes, acting: bool) -> bool:
-    return _claims(text_wording.decode("utf-8", "surrogatepass"), acting)
+    done, promised = _wording_reading(text_wording)
+    return bool(done) or (not acting and bool(promised))
 
 
-def _claims(text: str, acting: bool) -> bool:
-    """`claims_change`, read from the text itself."""
-    promised = False
-    for words, at in _asserted_verbs(text):
-        token, lead = words[at], words[:at]
-        if token in _PASTS and _done_at(words, at, lead):
-            return True
-        promised = promised or (not acting and _promised_at(token, lead))
-    return promised and not _ASKS_GO_AHEAD.search(text)
-
-
-_BASE_OF_PAST = {past: base for base, past, _ in _CHANGE_VERBS}
+def claim_reading(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(the changes a reply says were made, the changes it promises without asking for the go-ahead), each as the
+    base forms of their verbs: "I've cancelled it and I'll refund you" -> ({"cancel"}, {"refund"}). What
+    `claims_change` reads, with the verbs it read."""
+    return _wording_reading(wording(text))
 
 
 def claimed_changes(text: str) -> frozenset[str]:
-    """The changes a reply says were made, as the base forms of their verbs ("I've cancelled it and the refund has
-    been issued" -> {"cancel", "issue"}), read as `claims_change` reads a claim; a promise is not among them."""
-    return _wording_changes(wording(text))
+    """The changes a reply says were made (`claim_reading`'s first half): "I've cancelled it and the refund has
+    been issued" -> {"cancel", "issue"}."""
+    return _wording_reading(wording(text))[0]
+
+
+# Words that, after a promised verb in its clause, make the promise wait on something ("... when it arrives").
+_CONDITIONS = frozenset(("when", "once", "if", "unless", "whenever"))
+_BASE_OF = {form: base for base, past, ing in _CHANGE_VERBS for form in (base, past, ing)}
 
 
 @lru_cache(maxsize=4096)
-def _wording_changes(text_wording: bytes) -> frozenset[str]:
-    return frozenset(_BASE_OF_PAST[words[at]] for words, at in _asserted_verbs(
-        text_wording.decode("utf-8", "surrogatepass")) if words[at] in _PASTS and _done_at(words, at, words[:at]))
+def _wording_reading(text_wording: bytes) -> tuple[frozenset[str], frozenset[str]]:
+    text = text_wording.decode("utf-8", "surrogatepass")
+    done: set[str] = set()
+    promised: set[str] = set()
+    for words, at in _asserted_verbs(text):
+        token, lead = words[at], words[:at]
+        if token in _PASTS and _done_at(words, at, lead):
+            done.add(_BASE_OF[token])
+        elif _promised_at(token, lead) and _CONDITIONS.isdisjoint(words[at + 1:]):
+            promised.add(_BASE_OF[token])  # "we'll refund it when it comes back" promises nothing for now
+    if promised and _ASKS_GO_AHEAD.search(text):
+        promised.clear()  # a message that asks for the go-ahead proposes: its promises are not yet claims
+    return frozenset(done), frozenset(promised)
 
 
 def _asserted_verbs(text: str) -> Iterator[tuple[list[str], int]]:

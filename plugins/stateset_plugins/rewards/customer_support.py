@@ -17,9 +17,11 @@ from typing import Any, Mapping
 from stateset_agents import Reward, TurnGrade
 
 from ._grounding import mentioned_values, wording
-from ._language import ASCII_DIGIT, DigitTemplate, TextShape, stems
+from ._language import ASCII_DIGIT, DigitTemplate, TextShape
 from ._support_conversation import NO_TEXT, ReplyReading, SeenConversation, TextFacts, remember
 from ._text import AFFIRM, NEGATE, Phrases, affirmed
+from ._tool_grounding import claim_reading
+from ._tools import HANDOFF_VERBS
 
 _LEXICON = Path(__file__).resolve().parent / "data" / "abusive_language.json"
 
@@ -58,7 +60,7 @@ DEFAULT_PHRASES: dict[str, tuple[str, ...]] = {
     "out_of_scope": ("unable to", "not able to", "cannot", "can't", "outside my", "beyond my", "not possible",
                      "not allowed", "unfortunately", "can only", "only able to", "i'm afraid", "not eligible",
                      "not permitted", "does not allow", "doesn't allow"),
-    # The reply says the request was carried out (with `_CLAIMED_ACTION`, any "I've <changed>"/"has been <changed>").
+    # The reply says the request was carried out (besides the changes `_tool_grounding.claim_reading` reads).
     "resolved": ("successfully", "all set", "completed", "is done", "all done", "taken care of"),
     # The reply leaves the user with nothing: an error, or sending them to look elsewhere.
     "unresolved": ("error", "an issue", "technical issue", "went wrong", "try again later", "once you have",
@@ -87,7 +89,7 @@ DEFAULT_PHRASES: dict[str, tuple[str, ...]] = {
 
 class CustomerSupportReward(Reward):
     name = "customer_support"
-    version = "2.0.0"
+    version = "2.1.0"
     config_schema = {
         "type": "object",
         "properties": {key: {"type": "array", "items": {"type": "string"}} for key in DEFAULT_PHRASES},
@@ -255,13 +257,14 @@ class CustomerSupportReward(Reward):
         reply.offers_handoff = self._says(text, "offers_handoff", words)
         reply.resolution = 0.0 if self._says(text, "unresolved", words) else 1.0
         reply.claimed = None
-        if (not words.isdisjoint(_CHANGED_WORDS) and _CLAIMED_ACTION.search(text)) \
-                or self._says(text, "resolved", words):
-            statements = _statements(text)  # only now: removing the questions costs more than the search
-            claimed = [next(filter(None, m.groups())) for m in _CLAIMED_ACTION.finditer(statements)]
-            if claimed or self._says(statements, "resolved"):
-                reply.claimed = tuple(frozenset(_verb_of(v)) for v in claimed)
-        reply.promises = bool("?" not in text and not words.isdisjoint(_ACT_WORDS) and _PROMISED_ACTION.search(text))
+        # Changes claimed done or promised, read as tool_calling and nsr read them; a hand-off is escalation's.
+        done, promised = claim_reading(text)
+        done, promised = done - _HANDOFF, promised - _HANDOFF
+        if done or self._says(text, "resolved", words):
+            # only now: removing the questions costs more than the search
+            if done or self._says(_statements(text), "resolved"):
+                reply.claimed = tuple(frozenset((verb,)) for verb in sorted(done))
+        reply.promises = not done and bool(promised)
         return reply
 
     def _read_user(self, facts: "TextFacts") -> tuple[bool, bool]:
@@ -346,38 +349,11 @@ class CustomerSupportReward(Reward):
         return "polite, on track, nothing left unresolved"
 
 
+_HANDOFF = frozenset(HANDOFF_VERBS)  # verbs of a hand-off: escalation judges those, not the claims check
 _QUESTION = re.compile(r"[^.!?\n]*\?")
 _SENTENCE_END = re.compile(r"(?<=[.!?\n])\s*")
 #: The checks averaged into a text turn's score (safety and fluency scale it instead).
 _QUALITY = ("tone", "escalation", "resolution", "on_track", "grounding", "complete")
-# Verbs of changing something for the user, as completed acts. Hand-offs are escalation's, lookups change nothing.
-_CHANGED_WORDS = frozenset((
-    "cancelled", "canceled", "updated", "refunded", "changed", "modified", "booked", "rebooked", "reserved", "issued",
-    "reissued", "processed", "submitted", "added", "removed", "upgraded", "downgraded", "applied", "credited",
-    "charged", "scheduled", "rescheduled", "reset", "replaced", "exchanged", "placed", "created", "deleted",
-    "activated", "deactivated", "approved", "arranged", "initiated", "waived", "adjusted", "corrected", "fixed",
-    "sent", "shipped", "restored", "reinstated", "switched", "moved", "renewed", "paid", "reimbursed", "compensated",
-    "voided", "returned", "ordered", "confirmed", "completed", "made", "done"))
-_CHANGED = "|".join(sorted(_CHANGED_WORDS, key=len, reverse=True))
-_ACT_WORDS = frozenset((
-    "cancel", "update", "refund", "change", "modify", "book", "rebook", "issue", "process", "submit", "add", "remove",
-    "upgrade", "downgrade", "apply", "credit", "charge", "reschedule", "reset", "replace", "exchange", "place",
-    "delete", "waive", "adjust", "correct", "fix", "send", "switch", "move", "pay", "reimburse", "compensate"))
-_CLAIMED_ACTION = re.compile(
-    r"(?i)(?=[ihwa])\b(?:(?:i|we)(?:'ve|\s+have|\s+had)?\s+(?:(?:just|now|already|successfully|also|gone\s+ahead\s+and|"
-    r"went\s+ahead\s+and)\s+)*(?P<v1>" + _CHANGED +
-    r")|(?:has|have)\s+(?:(?:now|also|just|already|successfully)\s+)*been\s+(?:(?:now|just|successfully)\s+)?(?P<v2>"
-    + _CHANGED +
-    r")|(?:is|are)\s+(?:(?:now|just|already|successfully)\s+)?(?P<v3>" + _CHANGED +
-    # the simple past passive is history too ("it was created in May"): a claim only with a word of the moment
-    r")|(?:was|were)\s+(?:(?:just|now|successfully|also)\s+(?P<v4>" + _CHANGED + r")|(?P<v5>" + _CHANGED +
-    r")\s+(?:just\s+now|successfully|now|for\s+you)))\b")
-# A promise to act now ("I'll cancel it", "I will now update"): with no call and no question it is an act not taken.
-_PROMISED_ACTION = re.compile(
-    r"(?i)(?=[il])\b(?:i'll|i\s+will|i\s+am\s+going\s+to|i'm\s+going\s+to|let\s+me)\s+(?:now\s+|go\s+ahead\s+and\s+|"
-    r"proceed\s+to\s+|make\s+sure\s+to\s+)*(?:" + "|".join(sorted(_ACT_WORDS, key=len, reverse=True)) + r")\b")
-
-
 def _arguments_text(raw: Any) -> str:
     """A call's arguments as text, for value extraction (they are logged as a JSON string, or as a mapping)."""
     if isinstance(raw, str):
@@ -386,11 +362,6 @@ def _arguments_text(raw: Any) -> str:
         return json.dumps(raw)
     except (TypeError, ValueError):
         return str(raw)
-
-
-def _verb_of(participle: str) -> set[str]:
-    """The base forms a claimed participle may come from ("cancelled" -> {"cancel", ...})."""
-    return {participle.lower(), *stems(participle.lower())}
 
 
 def _statements(text: str) -> str:
