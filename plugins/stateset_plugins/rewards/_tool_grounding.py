@@ -1,6 +1,7 @@
 """What `tool_calling` reads from the conversation itself: are a call's argument values grounded in what the user
 said or a tool returned, did the user give the go-ahead for a write, and does a text reply claim a change that no
-call made. Shared by both of its modes (with and without expected calls); see docs/rewards.md, "tool_calling".
+call made. Shared by both of its modes (with and without expected calls); see docs/rewards.md, "tool_calling". Its
+reading of a claimed or promised change (`claim_reading`) is also how `customer_support` and `nsr` read one.
 
 Everything here reads the prefix (`messages[:turn]`) plus, as documented, a call's own result (did it error?).
 """
