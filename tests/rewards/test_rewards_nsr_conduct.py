@@ -2,8 +2,10 @@
 with a conversation that breaks it (the assertion fails without the rule) and one that keeps it."""
 import copy
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from stateset_agents.core.errors import InputError
 from stateset_plugins.rewards.nsr import NSRReward
@@ -270,6 +272,26 @@ def test_airline_a_claim_is_backed_by_a_write_of_its_kind(airline_policy):
     assert graded.score == 0.0  # void: the user is told of a change that was not made
     added = conversation(later + [assistant("You're welcome: I've added the new flights to your trip.")])
     assert key not in reward.grade_turn(added, len(added["messages"]) - 1).breakdown  # no write tool says "add"
+
+
+RECIPES = Path(__file__).resolve().parents[2] / "plugins" / "stateset_plugins" / "recipes" / "policies"
+
+
+@pytest.mark.parametrize("recipe, write, claim", [
+    ("banking", "freeze_card", "Your card has been frozen."),
+    ("retail", "return_delivered_items", "Your items have been returned."),
+    ("saas_billing", "change_plan", "I've changed your plan."),
+    ("telecom", "reset_line", "Your line has been reset successfully."),
+])
+def test_the_industry_recipes_read_claims_as_the_airline_policy_does(recipe, write, claim):
+    reward = NSRReward({"policy": yaml.safe_load((RECIPES / f"{recipe}.yaml").read_text())})
+    key = "claims-backed-by-a-write@turn"
+    unbacked = conversation([user("Please sort this out."), assistant(claim)])
+    graded = reward.grade_turn(unbacked, 1)
+    assert graded.breakdown[key] == "broken" and graded.score == 0.0  # no write made it: the reply is void
+    backed = conversation([user("Please sort this out, yes go ahead."), assistant(None, [(write, "{}")]),
+                           tool(f"call_0_{write}", '{"ok": true}'), assistant(claim)])
+    assert key not in reward.grade_turn(backed, 3).breakdown
 
 
 def test_airline_no_write_repeated_unchanged(airline_policy):
