@@ -48,7 +48,8 @@ _CHANGE_VERBS = (
     ("create", "created", "creating"), ("pay", "paid", "paying"), ("open", "opened", "opening"),
     ("register", "registered", "registering"), ("assign", "assigned", "assigning"),
     ("approve", "approved", "approving"), ("renew", "renewed", "renewing"), ("activate", "activated", "activating"),
-    ("deactivate", "deactivated", "deactivating"), ("freeze", "frozen", "freezing"), ("unfreeze", "unfrozen", "unfreezing"),
+    ("deactivate", "deactivated", "deactivating"), ("freeze", "frozen", "freezing"),
+    ("unfreeze", "unfrozen", "unfreezing"),
     ("return", "returned", "returning"),
 )
 _BASES = frozenset(v[0] for v in _CHANGE_VERBS)

@@ -292,7 +292,8 @@ class CustomerSupportReward(Reward):
         return found
 
     @staticmethod
-    def _claims(seen: "SeenConversation", turn_index: int, user: int | None, reply: "ReplyReading", writes: bool) -> float:
+    def _claims(seen: "SeenConversation", turn_index: int, user: int | None, reply: "ReplyReading",
+                writes: bool) -> float:
         """1 unless the reply says it did something no call did (0): a completed change ("I've cancelled", "has
         been refunded", "successfully") with no successful write since the user's latest message, unless an earlier
         successful write's verb is the one claimed ("cancelled" after cancel_reservation: the act happened). A
