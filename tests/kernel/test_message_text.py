@@ -30,12 +30,12 @@ def test_every_reader_follows_the_rule():
     from stateset_agents.pipeline.curated_rows import normalise_message, split_key
     from stateset_agents.plugin_api.overlap import exact_key
     from stateset_plugins.models.chat_format import to_text_message
-    from stateset_plugins.rewards import _grounding, _tools, customer_support, gsm8k, nsr
+    from stateset_plugins.rewards import _grounding, _support_conversation, _tools, gsm8k, nsr
 
     message = {"role": "user", "content": TWO_PARTS}
     assert normalise_message(message)["content"] == "Where is\nA1?"  # curated.jsonl
     assert to_text_message(message)["content"] == "Where is\nA1?"  # the chat template's input
     assert split_key([message]) == split_key([{"role": "user", "content": "Where is\nA1?"}])
     assert exact_key([message]) == exact_key([{"role": "user", "content": "Where is\nA1?"}])
-    for reward_module in (_grounding, _tools, customer_support, gsm8k, nsr):
+    for reward_module in (_grounding, _support_conversation, _tools, gsm8k, nsr):  # customer_support's reads
         assert reward_module.message_text is message_text

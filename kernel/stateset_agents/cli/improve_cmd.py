@@ -163,7 +163,7 @@ def audit_cmd(
     limit: Optional[int] = typer.Option(None, "--limit", help="With --robustness: the first N conversations only."),
     decisions_only: bool = typer.Option(False, "--decisions-only",
                                         help="With --robustness: count only the copies that change a write or "
-                                             "hand-off call (what a policy reward such as nsr judges)."),
+                                             "hand-off call (the decisions a policy reward judges)."),
 ):
     """How well does the reward track a label? ROC AUC, Spearman, confusion table, a length baseline.
     With --robustness: does it score broken replies below real ones? Win rate per kind of breakage."""

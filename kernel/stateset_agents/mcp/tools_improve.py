@@ -182,7 +182,7 @@ TOOLS = [
           "examples": integer("With robustness: fooling cases to show per kind.", 0),
           "output": path("With robustness: also write the report here"),
           "decisions_only": boolean("With robustness: count only the copies that change a write or hand-off call "
-                                    "(what a policy reward such as nsr judges)."),
+                                    "(the decisions a policy reward judges)."),
           "limit": integer("With robustness: the first N conversations only.", 1)},
          (), ANY_OBJECT, _improve_audit,
          lambda r: (f"robustness: weakest {r.get('weakest')}" if "kinds" in r else

@@ -244,7 +244,7 @@ def run_robustness(transcripts: str | os.PathLike, reward: str, config: Mapping[
     built with `config` (a policy travels as config.policy). With `output`, the report is also written there
     (atomically). `limit`: audit the first so many conversations only (the whole file is held in memory, for the
     pool of foreign replies). `decisions_only`: count only the copies that change a write or hand-off call (what a
-    policy reward such as `nsr` judges; the others count as not applicable). `on_progress(graded, total)` hears of
+    policy reward judges; the others count as not applicable). `on_progress(graded, total)` hears of
     each graded batch of conversations."""
     from ..core.runtimes import load_component
 
