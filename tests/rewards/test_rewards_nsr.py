@@ -121,8 +121,9 @@ def test_real_tau_airline_auc(airline_policy, score_auc):
 
     auc, _ = score_auc(NSRReward({"policy": airline_policy}), tau_log_records(with_expected_calls=False))
     print(f"\nnsr (airline policy) ROC AUC on tau-airline dev: {auc:.3f}")
-    # Policy 1.4 measured 0.787 (task-clustered 95% interval 0.70-0.87; 1.3 with all_kept: 0.801). Issue 13's
-    # target is 0.85, not met: docs/rewards.md says why. The scoring is the one the folds choose (next test).
+    # Policy 1.5 measured 0.796 (task-clustered 95% interval 0.70-0.87; 1.4: 0.787; 1.3 with all_kept: 0.801).
+    # Issue 13's target is 0.85, not met: docs/rewards.md says why. The scoring is the one the folds choose (next
+    # test).
     assert auc >= 0.77
 
 
@@ -151,7 +152,7 @@ def test_real_tau_airline_scoring_is_chosen_out_of_fold(airline_policy, score_au
     pooled = out_of_fold_auc(oof, y, folds)["pooled"]
     print(f"\nnsr scoring chosen in each fold: {sorted(chosen)}; pooled out-of-fold AUC {pooled:.3f}")
     assert chosen == {airline_policy["scoring"]}  # the shipped scoring is the one every fold chooses
-    assert pooled >= 0.77  # measured 0.787
+    assert pooled >= 0.77  # measured 0.796 (policy 1.5)
 
 
 def test_standing_rules_count_only_when_broken_and_all_kept_scoring():
