@@ -154,12 +154,6 @@ def claim_reading(text: str) -> tuple[frozenset[str], frozenset[str]]:
     return _wording_reading(wording(text))
 
 
-def claimed_changes(text: str) -> frozenset[str]:
-    """The changes a reply says were made (`claim_reading`'s first half): "I've cancelled it and the refund has
-    been issued" -> {"cancel", "issue"}."""
-    return _wording_reading(wording(text))[0]
-
-
 # Words that, after a promised verb in its clause, make the promise wait on something ("... when it arrives").
 _CONDITIONS = frozenset(("when", "once", "if", "unless", "whenever"))
 _BASE_OF = {form: base for base, past, ing in _CHANGE_VERBS for form in (base, past, ing)}

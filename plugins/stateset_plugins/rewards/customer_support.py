@@ -256,14 +256,12 @@ class CustomerSupportReward(Reward):
             "?" not in text or self._says(_statements(text), "escalates"))
         reply.offers_handoff = self._says(text, "offers_handoff", words)
         reply.resolution = 0.0 if self._says(text, "unresolved", words) else 1.0
-        reply.claimed = None
         # Changes claimed done or promised, read as tool_calling and nsr read them; a hand-off is escalation's.
         done, promised = claim_reading(text)
         done, promised = done - _HANDOFF, promised - _HANDOFF
-        if done or self._says(text, "resolved", words):
-            # only now: removing the questions costs more than the search
-            if done or self._says(_statements(text), "resolved"):
-                reply.claimed = tuple(frozenset((verb,)) for verb in sorted(done))
+        # A `resolved` phrase claims too, said in a statement (removing the questions only where the phrase is).
+        said_resolved = self._says(text, "resolved", words) and self._says(_statements(text), "resolved")
+        reply.claimed = done if done or said_resolved else None
         reply.promises = not done and bool(promised)
         return reply
 
@@ -300,12 +298,11 @@ class CustomerSupportReward(Reward):
         promise to act now ("I'll cancel it") in a reply that neither acts nor asks anything: 0.5."""
         if writes:
             return 1.0
-        claimed = reply.claimed
+        claimed = reply.claimed  # the verbs claimed done (none for a bare "successfully"), or None for no claim
         if claimed is not None:
             since = -1 if user is None else user
             if not seen.wrote_between(since, turn_index):
-                done = seen.verbs_written_before(turn_index)
-                if not claimed or not all(not verbs.isdisjoint(done) for verbs in claimed):
+                if not claimed or not claimed <= seen.verbs_written_before(turn_index):
                     return 0.0
         return 0.5 if reply.promises else 1.0
 

@@ -21,7 +21,7 @@ from stateset_agents.plugin_api.text import message_text
 
 from ._text import (affirmed, has_phrase, is_error_data, is_error_result, parse_arguments, parse_json_maybe, phrases,
                     tool_calls, tool_result_index, word_tokens)
-from ._tool_grounding import claimed_changes
+from ._tool_grounding import claim_reading
 from ._tools import declared_tools
 from .policy_language import UNKNOWN, Evaluator, fits_schema, flatten, matches, pattern
 from .policy_loading import load_policy
@@ -416,7 +416,7 @@ class _Context:
             "turn_matches": self._turn_matches,
             "seen": self._seen,
             "calls_since_user": self._calls_since_user,
-            "turn_claims": lambda: sorted(claimed_changes(self.seen.texts[self.turn_index])),
+            "turn_claims": lambda: sorted(claim_reading(self.seen.texts[self.turn_index])[0]),  # the changes done
         }
 
     # ------------------------------------------------------------------------------------------------ facts
