@@ -71,6 +71,30 @@ def test_arithmetic_on_stated_grounded_numbers_earns_half_credit():
     assert invented == ["n:377"] and score == 2 / 3
 
 
+def test_a_date_the_user_asked_for_relative_to_a_grounded_one_is_grounded():
+    reservation = tool("c1", '{"flights": [{"date": "2024-05-18"}]}')
+    reply = mentioned_values("Flight HAT072 on May 19 is available.")
+    asked = GroundingIndex([user("Move my flight to the day after, please."), reservation])
+    assert asked.credit(["d:05-19"], 2) == (1.0, [])
+    assert asked.credit(["d:05-21"], 2) == (0.0, ["d:05-21"])  # three days off: no shift the user spoke of
+    unasked = GroundingIndex([user("Any cheaper flights?"), reservation])
+    assert unasked.credit([v for v in reply if v.startswith("d:")], 2) == (0.0, ["d:05-19"])
+    month_end = GroundingIndex([user("I need to go two days later."), tool("c1", '{"date": "2024-02-28"}')])
+    assert month_end.credit(["d:03-01"], 2) == (1.0, [])  # across a month's end (2024 is a leap year)
+
+
+def test_day_shifts_are_read_from_how_people_speak_of_them():
+    from stateset_plugins.rewards._relative_days import day_shifts, shifted_dates
+
+    assert day_shifts("can i fly the next day, or maybe two days later?") == {1, 2}
+    assert day_shifts("tomorrow works. delay it by a day") == {1}
+    assert day_shifts("have a nice day! see you on monday, today") == frozenset()
+    assert day_shifts("i'll stay 45 days") == frozenset()  # a stay, not a date moved
+    assert shifted_dates("2024-05-18", frozenset({1})) == ["2024-05-17", "2024-05-19"]
+    assert shifted_dates("not a date", frozenset({1})) == [] and shifted_dates("0001-01-01", frozenset({1})) == [
+        "0001-01-02"]
+
+
 def test_the_assistant_grounds_nothing_for_itself():
     messages = [user("hi"), assistant("Your code is ZX9931."), user("ok"), assistant("Code ZX9931 is active.")]
     assert GroundingIndex(messages).credit(["id:zx9931"], 3) == (0.0, ["id:zx9931"])

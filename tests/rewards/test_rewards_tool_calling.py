@@ -163,10 +163,11 @@ def test_real_tau_airline_auc(score_auc):
     without_expected, _ = score_auc(reward, tau_log_records(with_expected_calls=False))
     print(f"\ntool_calling ROC AUC on tau-airline dev: with expected calls {with_expected:.3f}, "
           f"without {without_expected:.3f} (no threshold)")
-    # Fixed rules, nothing fitted: the pooled AUC is the out-of-fold figure (measured 0.934 and 0.664; version 1
-    # gave 0.934 and 0.562). The margins are below the measured values, well inside the +-0.1 of 100 conversations.
+    # Fixed rules, nothing fitted: the pooled AUC is the out-of-fold figure (measured 0.934 and 0.700 for 2.4.0;
+    # 2.3.0 gave 0.664, version 1 0.934 and 0.562). The margins are below the measured values, well inside the +-0.1
+    # of 100 conversations.
     assert with_expected >= 0.91
-    assert without_expected >= 0.64
+    assert without_expected >= 0.68
 
 
 # ------------------------------------------------------------------------------ judged from the conversation itself
@@ -218,6 +219,29 @@ def test_values_match_after_normalising_numbers_and_dates():
     assert grade({"date": "2024-05-20", "budget": 1250}).breakdown["grounded"] == 1.0
     assert grade({"date": "2024-05-21", "budget": 1250.0}).breakdown["grounded"] == 0.5
     assert grade({"date": "2024-05-20", "budget": 1350}).breakdown["grounded"] == 0.5
+
+
+def test_a_date_shifted_as_the_user_asked_and_a_value_the_system_prompt_states_are_grounded():
+    tools = [{"type": "function", "function": {"name": "search_flights", "parameters": {
+        "type": "object", "properties": {"date": {"type": "string"}, "budget": {"type": "number"}}}}}]
+    reward = ToolCallingReward()
+
+    def grade(asked, arguments, system="You are a travel agent."):
+        conv = conversation([{"role": "system", "content": system}, user(f"My flight is on May 20th. {asked}"),
+                             assistant(None, [("search_flights", json.dumps(arguments))])], tools)
+        return reward.grade_turn(conv, 2).breakdown["grounded"]
+
+    # "the next day" after a date in the context: the date the agent works out is grounded, either way round
+    assert grade("Can I fly the next day instead?", {"date": "2024-05-21"}) == 1.0
+    assert grade("Move it back one day.", {"date": "2024-05-19"}) == 1.0
+    assert grade("Could I go two days later?", {"date": "2024-05-22"}) == 1.0
+    # no shift spoken of, or a date the shift does not reach: made up
+    assert grade("Is there anything cheaper?", {"date": "2024-05-21"}) == 0.0
+    assert grade("Can I fly the next day instead?", {"date": "2024-05-24"}) == 0.0
+    # the system prompt is context the agent was given (a price list), as it is for a reply's facts
+    assert grade("What is there?", {"date": "2024-05-20", "budget": 1250}) == 0.5
+    assert grade("What is there?", {"date": "2024-05-20", "budget": 1250},
+                 system="Fares are capped at $1,250 per ticket.") == 1.0
 
 
 def test_an_errored_call_scores_low_and_a_blind_retry_lower_still():

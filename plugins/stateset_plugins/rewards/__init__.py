@@ -7,8 +7,8 @@ from stateset_agents import hookimpl
 
 _REWARDS = (  # (module, class, name, version)
     ("gsm8k", "GSM8KReward", "gsm8k", "1.0.0"),
-    ("tool_calling", "ToolCallingReward", "tool_calling", "2.3.0"),
-    ("customer_support", "CustomerSupportReward", "customer_support", "2.1.0"),
+    ("tool_calling", "ToolCallingReward", "tool_calling", "2.4.0"),
+    ("customer_support", "CustomerSupportReward", "customer_support", "2.2.0"),
     ("nsr", "NSRReward", "nsr", "1.3.0"),
 )
 __all__ = [cls for _, cls, _, _ in _REWARDS]

@@ -8,7 +8,7 @@ from typing import Any
 RETRY_CREDIT = 0.5
 # Per-check keys averaged over a turn's calls to the top level of the breakdown (what `improve calibrate` weighs).
 CALL_CHECKS = ("schema", "grounded", "ok", "fresh", "consent")
-UNGROUNDED = "values found nowhere in what the user said or a tool returned"
+UNGROUNDED = "values found nowhere in what the user said, a tool returned or the system prompt stated"
 
 
 def mean(values: Sequence[float]) -> float:

@@ -17,7 +17,8 @@ out from grounded numbers the same reply states (a sum or difference of two, or 
 credit, since the arithmetic is legitimate but unchecked. A four-digit number matching the last digits of a longer one is grounded:
 cards and accounts are named by their last four digits.
 
-A value is looked for in the context's text (lower-cased, in the grounding roles) in each of its written forms, on
+A date a shift the user spoke of ("the next day", "two days later") away from a grounded date is grounded too
+(`_relative_days`). A value is looked for in the context's text (lower-cased, in the grounding roles) in each of its written forms, on
 token boundaries; nothing is parsed until a reply states a value, so grading stays cheap.
 
 Helpers for any reward: `mentioned_values(text)`, `context_values(messages, before)`, `ungrounded(values, context)`,
@@ -33,6 +34,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from stateset_agents.plugin_api.text import message_text
 
 from ._language import known_word
+from ._relative_days import day_shifts, shifted_dates
 
 #: Roles whose messages ground a value: the user's words, tool results, the system prompt.
 GROUNDING_ROLES = frozenset({"user", "tool", "system"})
@@ -463,9 +465,20 @@ class GroundingIndex:
                 if value not in grounded_set:
                     if value.startswith("n:") and derived(_number(value[2:]), known):
                         total += 0.5
+                    elif value.startswith("d:") and self._shifted_from_context(value, before, end):
+                        total += 1.0
                     else:
                         invented.append(value)
         return total / len(distinct), invented
+
+    def _shifted_from_context(self, value: str, before: int, end: int) -> bool:
+        """Is a date (`d:MM-DD`) a shift the user spoke of ("the next day") away from a grounded date?"""
+        said = " ".join(message_text(m).lower() for m in self.messages[:before] if m.get("role") == "user")
+        shifts = day_shifts(said)
+        if not shifts:
+            return False
+        # Month and day only: a leap year lets 02-29 move too; the year a date is written with is its own value.
+        return any(self._grounded(f"d:{moved[5:]}", end) for moved in shifted_dates(f"2024-{value[2:]}", shifts))
 
 
 def derived(number: Fraction | int, known: set[Fraction] | set[int]) -> bool:

@@ -19,6 +19,7 @@ import orjson
 from stateset_agents.plugin_api.text import message_text
 
 from ._grounding import digit_values, wording
+from ._relative_days import day_shifts, shifted_dates
 from ._text import (AFFIRM, NEGATE, Phrases, affirmed, is_error_result, parse_arguments, phrases, tool_calls,
                     tool_result)
 
@@ -426,8 +427,9 @@ class ConversationFacts:
     def _corpus(self, sources: str, before: int) -> tuple[str, int]:
         """(grounding text, the length of it available before message `before`): one lower-cased string per kind
         of source, in the order it became available, built only as far as a call asks and extended as turns
-        advance. "all": what the user said and what tools returned; "people": what the user said; "endorsed":
-        what the agent proposed and the user then said yes to."""
+        advance. "all": what people wrote (the user, and the operator's system prompt: a price list, today's date)
+        and what tools returned; "people": what people wrote; "endorsed": what the agent proposed and the user then
+        said yes to."""
         corpus = self._corpora.get(sources)
         if corpus is None:
             corpus = self._corpora[sources] = _Corpus()
@@ -443,9 +445,9 @@ class ConversationFacts:
             role = roles[index]
             piece = None
             if sources != "endorsed":
-                if role == "user":
+                if role == "user" or role == "system":
                     piece = " ".join(self.text(index).split()).lower()
-                elif role == "tool" and sources == "all":
+                elif sources == "all" and role == "tool":
                     piece = self.text(index).lower()
             elif role == "assistant" and self.text(index).strip():
                 corpus.pending = index
@@ -461,27 +463,35 @@ class ConversationFacts:
             corpus.text += "\n".join(pieces) + "\n"
 
     def grounded(self, value: Any, before: int) -> bool:
-        """Is the value written in what the user said or a tool returned before message `before` (or, failing
-        that, in an agent proposal the user said yes to)?"""
+        """Is the value written in what the user said, a tool returned or the system prompt stated before message
+        `before` (or, failing that, in an agent proposal the user said yes to)? A date also counts when it lies a
+        shift the user spoke of ("the next day") away from one that is (`_relative_days`)."""
         corpus, end = self._corpus("all", before)
         key = (value, end)
         known = self._grounded.get(key)
         if known is not None:
             return known
-        data_forms, people_forms = spellings(value)
-        found = False
-        for form in data_forms:  # a loop, not any(): most values have one form, found at once
-            if _found(form, corpus, end):
-                found = True
-                break
-        if not found and people_forms:
-            people, people_end = self._corpus("people", before)
-            found = any(_found(form, people, people_end) for form in people_forms)
-        if not found:
-            endorsed, endorsed_end = self._corpus("endorsed", before)
-            found = any(_found(form, endorsed, endorsed_end) for form in data_forms + people_forms)
+        found = self._written(value, before)
+        if not found and type(value) is str and _ISO_DATE.fullmatch(value):
+            roles = self.roles
+            shifts = day_shifts(" ".join(self.text(i).lower() for i in range(before) if roles[i] == "user"))
+            found = bool(shifts) and any(self._written(moved, before) for moved in shifted_dates(value, shifts))
         self._grounded[key] = found
         return found
+
+    def _written(self, value: Any, before: int) -> bool:
+        """`grounded` without reading shifts: the value itself, in any of its `spellings`."""
+        corpus, end = self._corpus("all", before)
+        data_forms, people_forms = spellings(value)
+        for form in data_forms:  # a loop, not any(): most values have one form, found at once
+            if _found(form, corpus, end):
+                return True
+        if people_forms:
+            people, people_end = self._corpus("people", before)
+            if any(_found(form, people, people_end) for form in people_forms):
+                return True
+        endorsed, endorsed_end = self._corpus("endorsed", before)
+        return any(_found(form, endorsed, endorsed_end) for form in data_forms + people_forms)
 
     def grounded_share(self, values: Sequence[Any], before: int) -> tuple[float | None, list[Any]]:
         """(share of the call's values (`value_leaves`) found in the context, those not found); None for none."""

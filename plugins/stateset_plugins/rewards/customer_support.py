@@ -89,7 +89,7 @@ DEFAULT_PHRASES: dict[str, tuple[str, ...]] = {
 
 class CustomerSupportReward(Reward):
     name = "customer_support"
-    version = "2.1.0"
+    version = "2.2.0"
     config_schema = {
         "type": "object",
         "properties": {key: {"type": "array", "items": {"type": "string"}} for key in DEFAULT_PHRASES},

@@ -34,7 +34,7 @@ _NOT_ITS_ARGUMENTS = ("arguments the tool does not declare", "required arguments
 
 class ToolCallingReward(Reward):
     name = "tool_calling"
-    version = "2.3.0"
+    version = "2.4.0"
     config_schema = {
         "type": "object",
         "properties": {
