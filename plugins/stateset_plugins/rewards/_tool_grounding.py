@@ -345,6 +345,13 @@ def _found(needle: str, hay: str, end: int) -> bool:
         start = at + 1
 
 
+@lru_cache(maxsize=64)
+def _prompt_text(text: str) -> str:
+    """A system prompt as the corpus holds it (spaces collapsed, lower case): made once per distinct prompt, since
+    a log's conversations mostly share a few."""
+    return " ".join(text.split()).lower()
+
+
 class _Corpus:
     """One kind of grounding text so far: `text`, and `ends[i]`, its length before message i (i < len(ends))."""
 
@@ -445,8 +452,10 @@ class ConversationFacts:
             role = roles[index]
             piece = None
             if sources != "endorsed":
-                if role == "user" or role == "system":
+                if role == "user":
                     piece = " ".join(self.text(index).split()).lower()
+                elif role == "system":
+                    piece = _prompt_text(self.text(index))
                 elif sources == "all" and role == "tool":
                     piece = self.text(index).lower()
             elif role == "assistant" and self.text(index).strip():
