@@ -4,10 +4,16 @@ times (this tree over the baseline) is the figure, with the median of the per-pa
 run the same kernel code path and input; only the source tree on the import path differs (the baseline's `kernel/`
 and `plugins/`, exported with `git archive`).
 
-    python benchmarks/bench_reward_cost.py --baseline 683fc84 [--n 100000] [--repeats 3]
+    python benchmarks/bench_reward_cost.py --baseline 683fc84 [--n 100000] [--repeats 3] [--instructions 1000]
 
 Target (issue 13): every reward's ratio <= 1.5, by both figures. Results: benchmarks/results/reward_cost.json, and
 a table.
+
+CPU time on a shared virtual machine moves by a third from run to run (one pair's ratio 1.1, the next one's 1.9),
+so `--instructions K` adds a figure that does not move: the instructions (valgrind's callgrind, which must be
+installed) that `improve run` executes on the log's first 2K conversations minus those on its first K, on each
+side. The difference is the work of K conversations, with process start, imports and the reward's set-up taken
+out; it leaves out what the machine's load, caches and clock do to that work.
 """
 from __future__ import annotations
 
@@ -55,6 +61,53 @@ def timed_improve(tree: Path | None, ingest_dir: Path, reward: str, out: Path, p
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def improve_instructions(tree: Path | None, ingest_dir: Path, reward: str, out: Path, policy: str | None) -> int:
+    """Instructions callgrind counts for one `improve run` in process (the child of `timed_improve`)."""
+    env = {**os.environ, "STATESET_PLUGIN_QUIET": "1"}
+    if tree is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(tree / "kernel"), str(tree / "plugins")])
+    args = {"step": "improve", "input": str(ingest_dir), "reward": reward, "output": str(out), "policy": policy,
+            "runtime": "inprocess"}
+    proc = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c",
+                           base_bench.CHILD, json.dumps(args)], capture_output=True, text=True, env=env)
+    counted = [line for line in proc.stderr.splitlines() if "Collected :" in line]
+    if proc.returncode != 0 or not counted:
+        raise SystemExit(f"improve {reward} under valgrind failed ({'baseline' if tree else 'this tree'}):\n"
+                         f"{proc.stderr[-3000:]}")
+    return int(counted[-1].rsplit(":", 1)[1])
+
+
+def first_conversations(ingest_dir: Path, k: int, into: Path) -> Path:
+    """An ingest folder holding the first `k` transcripts of `ingest_dir` (its summary copied as it is)."""
+    into.mkdir(parents=True, exist_ok=True)
+    with open(ingest_dir / "transcripts.jsonl", "rb") as src, open(into / "transcripts.jsonl", "wb") as dst:
+        for _, line in zip(range(k), src):
+            dst.write(line)
+    for name in ("ingest_summary.json", "rejects.jsonl"):
+        if (ingest_dir / name).exists():
+            (into / name).write_bytes((ingest_dir / name).read_bytes())
+    return into
+
+
+def instruction_rows(tree: Path, ingest_dir: Path, rewards: list[str], k: int, work: Path) -> list[dict]:
+    """Per reward: callgrind instructions of K conversations' improve work (2K run minus K run), on each side."""
+    from stateset_agents.samples import POLICY
+
+    small, large = (first_conversations(ingest_dir, n, work / f"first_{n}") for n in (k, 2 * k))
+    rows = []
+    for reward in rewards:
+        policy = str(POLICY) if reward == "nsr" else None
+        counts = {}
+        for side, side_tree in (("baseline", tree), ("current", None)):
+            print(f"instructions of improve {reward} ({side})", flush=True)
+            runs = [improve_instructions(side_tree, folder, reward, work / f"count_{reward}_{side}", policy)
+                    for folder in (small, large)]
+            counts[side] = {"first_k": runs[0], "first_2k": runs[1], "k_conversations": runs[1] - runs[0]}
+        rows.append({"reward": reward, "k": k, **counts,
+                     "ratio": counts["current"]["k_conversations"] / counts["baseline"]["k_conversations"]})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", required=True, help="git revision to compare with")
@@ -63,6 +116,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench_ingest_improve"))
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--instructions", type=int, default=0, metavar="K",
+                        help="also count instructions (callgrind) of K conversations' improve work on each side")
     args = parser.parse_args()
     from stateset_agents.samples import POLICY
 
@@ -78,7 +133,8 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tree = export_tree(revision, Path(tmp))
-        for reward in [r for r in args.rewards.split(",") if r]:
+        rewards = [r for r in args.rewards.split(",") if r]
+        for reward in rewards if args.repeats > 0 else []:  # --repeats 0: instructions only
             policy = str(POLICY) if reward == "nsr" else None
             runs: dict[str, list[dict]] = {"baseline": [], "current": []}
             for _ in range(args.repeats):
@@ -95,12 +151,16 @@ def main() -> None:
                          "median_pair_ratio": statistics.median(pairs),
                          "runs": {side: [{"cpu_s": r["cpu_s"], "seconds": r["seconds"], "rss_mb": r["rss_mb"]}
                                          for r in runs[side]] for side in runs}})
+        counted = instruction_rows(tree, ingest_dir, rewards, args.instructions, args.work) if args.instructions else []
     result = {"benchmark": "reward_cost", "baseline": revision, "n": args.n, "repeats": args.repeats,
               "target_ratio": TARGET,
-              "met": all(max(r["ratio"], r["median_pair_ratio"]) <= TARGET for r in rows),
+              "met": all(max(r["ratio"], r["median_pair_ratio"]) <= TARGET for r in rows) if rows else None,
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                           "platform": platform.platform()},
               "rows": rows}
+    if counted:
+        result["instructions"] = {"k": args.instructions, "tool": "valgrind --tool=callgrind", "rows": counted,
+                                  "met": all(r["ratio"] <= TARGET for r in counted)}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = args.output.with_suffix(".tmp")
     tmp_out.write_text(json.dumps(result, indent=2) + "\n")
@@ -109,7 +169,12 @@ def main() -> None:
     for r in rows:
         print(f"{r['reward']:<18}{r['baseline_cpu_s']:>16.2f}{r['current_cpu_s']:>17.2f}{r['ratio']:>8.2f}"
               f"{r['median_pair_ratio']:>15.2f}")
-    print(f"target <= {TARGET}: {'met' if result['met'] else 'NOT met'}; wrote {args.output}")
+    for r in counted:
+        print(f"{r['reward']:<18} instructions of {r['k']} conversations' improve: "
+              f"{r['baseline']['k_conversations'] / 1e6:,.0f} M -> {r['current']['k_conversations'] / 1e6:,.0f} M, "
+              f"ratio {r['ratio']:.2f}")
+    verdicts = [v for v in (result["met"], result.get("instructions", {}).get("met")) if v is not None]
+    print(f"target <= {TARGET}: {'met' if all(verdicts) else 'NOT met'}; wrote {args.output}")
 
 
 if __name__ == "__main__":
