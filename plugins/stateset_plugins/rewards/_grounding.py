@@ -18,8 +18,8 @@ credit, since the arithmetic is legitimate but unchecked. A four-digit number ma
 cards and accounts are named by their last four digits.
 
 A date a shift the user spoke of ("the next day", "two days later") away from a grounded date is grounded too
-(`_relative_days`). A value is looked for in the context's text (lower-cased, in the grounding roles) in each of its written forms, on
-token boundaries; nothing is parsed until a reply states a value, so grading stays cheap.
+(`_relative_days`). A value is looked for in the context's text (lower-cased, in the grounding roles) in each of its
+written forms, on token boundaries; nothing is parsed until a reply states a value, so grading stays cheap.
 
 Helpers for any reward: `mentioned_values(text)`, `context_values(messages, before)`, `ungrounded(values, context)`,
 and `GroundingIndex` (one conversation, every turn: the context text is built once, incrementally).

@@ -2,8 +2,10 @@
 
 People rarely spell out the date they want; they shift one the conversation already holds. A date the agent works
 out that way (the reservation's 2024-05-18, "the day after": 2024-05-19) is read from the context, not made up, so
-`tool_calling`'s grounding accepts a date that lies a shift the user spoke of away from a date in the context. The
-direction is not read ("move it back a day" means earlier to some and later to others): either way is accepted.
+the grounding of a call's values (`_tool_grounding`) and of a reply's facts (`_grounding`) accepts a date that lies a
+shift the user spoke of away from a date in the context. Only the user's words give shifts (a system prompt's
+"refunds within 7 days" moves no date). The direction is not read ("move it back a day" means earlier to some and
+later to others): either way is accepted.
 """
 from __future__ import annotations
 
