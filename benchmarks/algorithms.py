@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import multiprocessing
-import os
 import resource
 import statistics
 import sys

@@ -106,7 +106,7 @@ def run(rounds: int = 5) -> dict:
 
 
 def render(report: dict) -> str:
-    lines = [f"| command | median wall s | median CPU s | x python -c pass | runs (s) |", "|---|---|---|---|---|"]
+    lines = ["| command | median wall s | median CPU s | x python -c pass | runs (s) |", "|---|---|---|---|---|"]
     for name, row in report["commands"].items():
         lines.append(f"| `{name}` | {row['median_s']:.3f} | {row['cpu_median_s']:.3f} | {row['ratio_to_python']} | "
                      f"{', '.join(f'{w:.2f}' for w in row['wall_s'])} |")

@@ -63,7 +63,7 @@ def test_without_a_key_the_quote_is_the_dated_fallback_and_launch_refuses(provid
     plan = session.prepare(_config(dataset, gpu="a100"), tmp_path / "ws", provider)
     quote = plan["quote"]
     assert quote["live"] is False and quote["usd_per_gpu_hour"] == runpod.FALLBACK["SECURE"]["NVIDIA A100 80GB PCIe"]
-    assert f"dated fallback, not a live price" in quote["source"] and runpod.FALLBACK_AS_OF in quote["source"]
+    assert "dated fallback, not a live price" in quote["source"] and runpod.FALLBACK_AS_OF in quote["source"]
     assert "RUNPOD_API_KEY is not set" in quote["live_needs"]
     with pytest.raises(InputError, match="RUNPOD_API_KEY is not set"):
         session.launch(tmp_path / "ws", provider)

@@ -4,8 +4,6 @@ HTTP front. A small in-test provider stands in where a real job is not needed.""
 from __future__ import annotations
 
 import json
-import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 from pathlib import Path
 

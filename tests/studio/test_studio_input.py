@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
 from stateset_agents.remote import state
 from stateset_agents.studio.app import StudioApp

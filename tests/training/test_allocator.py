@@ -2,7 +2,6 @@
 tensors (benchmarks/bench_memory.py), and nothing it computes changes."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess

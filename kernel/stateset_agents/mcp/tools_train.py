@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import InputError, StatesetError
+from ..core.errors import StatesetError
 from .tools import (ANY_LIST, ANY_OBJECT, NUMBER_OR_NULL, REWARD_ARGS, Call, Tool, boolean, integer,
                     needs_component, number, obj, path, paths, reward_of, string)
 
