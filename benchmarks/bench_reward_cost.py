@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -92,6 +93,10 @@ def first_conversations(ingest_dir: Path, k: int, into: Path) -> Path:
 def instruction_rows(tree: Path, ingest_dir: Path, rewards: list[str], k: int, work: Path) -> list[dict]:
     """Per reward: callgrind instructions of K conversations' improve work (2K run minus K run), on each side."""
     from stateset_agents.samples import POLICY
+
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions counts with valgrind's callgrind, which is not installed here "
+                         "(apt-get install -y valgrind)")
 
     small, large = (first_conversations(ingest_dir, n, work / f"first_{n}") for n in (k, 2 * k))
     rows = []
